@@ -1,0 +1,115 @@
+/* On-disk cache of program binaries, keyed by a hash of (source, options, device name, driver
+ * version, platform version, ...).  Directory: $CASTLE_CACHE_DIR, else $XDG_CACHE_HOME/castle,
+ * else $HOME/.cache/castle; CASTLE_CACHE_DIR=off disables it.  Every failure (no directory, no
+ * permission, a short or corrupt file) is silent: the caller simply compiles from source. */
+#define _POSIX_C_SOURCE 200809L
+#include "internal.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAGIC "CASTLEBIN1"
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; ++i) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static uint64_t key_hash(const char *const *parts, int n)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (int i = 0; i < n; ++i) {
+        size_t len = strlen(parts[i]);
+        h = fnv1a(h, &len, sizeof len); /* length-prefixed: ("ab","c") != ("a","bc") */
+        h = fnv1a(h, parts[i], len);
+    }
+    return h;
+}
+
+/* Writes the cache directory into buf (creating it); false when there is none. */
+static bool cache_dir(char *buf, size_t n)
+{
+    const char *env = getenv("CASTLE_CACHE_DIR");
+    int w;
+    if (env && *env) {
+        if (!strcmp(env, "off"))
+            return false;
+        w = snprintf(buf, n, "%s", env);
+    } else if ((env = getenv("XDG_CACHE_HOME")) && *env) {
+        w = snprintf(buf, n, "%s/castle", env);
+    } else if ((env = getenv("HOME")) && *env) {
+        char parent[4096];
+        if (snprintf(parent, sizeof parent, "%s/.cache", env) >= (int)sizeof parent)
+            return false;
+        mkdir(parent, 0755);
+        w = snprintf(buf, n, "%s/castle", parent);
+    } else {
+        return false;
+    }
+    if (w < 0 || (size_t)w >= n)
+        return false;
+    mkdir(buf, 0755);
+    struct stat st;
+    return stat(buf, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static bool entry_path(const char *const *parts, int n, char *buf, size_t len)
+{
+    char dir[4096];
+    if (!cache_dir(dir, sizeof dir))
+        return false;
+    int w = snprintf(buf, len, "%s/%016llx.bin", dir, (unsigned long long)key_hash(parts, n));
+    return w > 0 && (size_t)w < len;
+}
+
+bool castle__bincache_load(const char *const *parts, int nparts, unsigned char **bin, size_t *len)
+{
+    char path[4200];
+    if (!entry_path(parts, nparts, path, sizeof path))
+        return false;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return false;
+    char magic[sizeof MAGIC];
+    uint64_t hash = 0, size = 0;
+    bool ok = fread(magic, 1, sizeof magic, f) == sizeof magic && !memcmp(magic, MAGIC, sizeof magic) &&
+              fread(&hash, sizeof hash, 1, f) == 1 && hash == key_hash(parts, nparts) &&
+              fread(&size, sizeof size, 1, f) == 1 && size > 0 && size < (1ull << 30);
+    unsigned char *data = ok ? malloc((size_t)size) : NULL;
+    ok = data && fread(data, 1, (size_t)size, f) == size && fgetc(f) == EOF;
+    fclose(f);
+    if (!ok) {
+        free(data);
+        return false;
+    }
+    *bin = data;
+    *len = (size_t)size;
+    return true;
+}
+
+void castle__bincache_store(const char *const *parts, int nparts, const unsigned char *bin, size_t len)
+{
+    char path[4200], tmp[4300];
+    if (!entry_path(parts, nparts, path, sizeof path))
+        return;
+    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp)
+        return;
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return;
+    uint64_t hash = key_hash(parts, nparts), size = len;
+    bool ok = fwrite(MAGIC, 1, sizeof MAGIC, f) == sizeof MAGIC && fwrite(&hash, sizeof hash, 1, f) == 1 &&
+              fwrite(&size, sizeof size, 1, f) == 1 && fwrite(bin, 1, len, f) == len;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) /* rename is atomic: readers see the old entry or the new one */
+        remove(tmp);
+}

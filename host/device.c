@@ -1,0 +1,236 @@
+/* Device facts, device selection and the castle_context life cycle. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void get_str(cl_device_id dev, cl_device_info what, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    if (clGetDeviceInfo(dev, what, n - 1, buf, NULL) != CL_SUCCESS)
+        buf[0] = '\0';
+    buf[n - 1] = '\0';
+}
+
+castle_status castle__query_device(cl_device_id device, castle_device_info *info)
+{
+    memset(info, 0, sizeof *info);
+    cl_platform_id platform = NULL;
+    cl_int err = clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
+    if (err != CL_SUCCESS)
+        return castle__fail((castle_status)err, "clGetDeviceInfo(CL_DEVICE_PLATFORM) failed: not a valid device");
+    get_str(device, CL_DEVICE_NAME, info->name, sizeof info->name);
+    get_str(device, CL_DEVICE_VENDOR, info->vendor, sizeof info->vendor);
+    get_str(device, CL_DRIVER_VERSION, info->driver_version, sizeof info->driver_version);
+    get_str(device, CL_DEVICE_VERSION, info->device_version, sizeof info->device_version);
+    if (clGetPlatformInfo(platform, CL_PLATFORM_VERSION, sizeof info->platform_version - 1,
+                          info->platform_version, NULL) != CL_SUCCESS)
+        info->platform_version[0] = '\0';
+    if (clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof info->platform_name - 1, info->platform_name,
+                          NULL) != CL_SUCCESS)
+        info->platform_name[0] = '\0';
+    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof info->type, &info->type, NULL);
+    clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof info->compute_units, &info->compute_units, NULL);
+    clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof info->local_mem_size, &info->local_mem_size, NULL);
+    clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof info->max_work_group_size,
+                    &info->max_work_group_size, NULL);
+    clGetDeviceInfo(device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof info->global_mem_size, &info->global_mem_size, NULL);
+    clGetDeviceInfo(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof info->max_alloc_size, &info->max_alloc_size, NULL);
+    char ext[8192];
+    get_str(device, CL_DEVICE_EXTENSIONS, ext, sizeof ext);
+    info->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
+    info->fp64 = strstr(ext, "cl_khr_fp64") != NULL;
+    /* "OpenCL <major>.<minor> <vendor-specific>" */
+    if (sscanf(info->device_version, "OpenCL %d.%d", &info->cl_major, &info->cl_minor) != 2)
+        info->cl_major = info->cl_minor = 0;
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle_context_create(cl_context cl_ctx, cl_device_id device, castle_context **out)
+{
+    castle__clear_error();
+    if (!out)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_context_create: out is NULL");
+    *out = NULL;
+    if (!cl_ctx)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_context_create: cl_context is NULL");
+    if (!device)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_context_create: device is NULL");
+    castle_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "castle_context_create: out of host memory");
+    castle_status st = castle__query_device(device, &ctx->info);
+    if (st != CASTLE_SUCCESS) {
+        free(ctx);
+        return st;
+    }
+    if (ctx->info.cl_major < 1 || (ctx->info.cl_major == 1 && ctx->info.cl_minor < 2)) {
+        st = castle__fail(CASTLE_ERR_DEVICE_UNSUPPORTED, "device '%s' reports '%s'; OpenCL 1.2 or later is needed",
+                          ctx->info.name, ctx->info.device_version);
+        free(ctx);
+        return st;
+    }
+    st = castle__tuning_select(&ctx->info, &ctx->tuning, &ctx->tuning_name);
+    if (st != CASTLE_SUCCESS) {
+        free(ctx);
+        return st;
+    }
+    cl_int err = clRetainContext(cl_ctx);
+    if (err != CL_SUCCESS) {
+        free(ctx);
+        return castle__cl_fail(err, "clRetainContext");
+    }
+    clRetainDevice(device);
+    ctx->cl_ctx = cl_ctx;
+    ctx->device = device;
+    *out = ctx;
+    return CASTLE_SUCCESS;
+}
+
+/* Parses "P:D" or "N".  Returns false when malformed. */
+static bool parse_spec(const char *spec, long *p, long *d, bool *flat)
+{
+    char *end;
+    errno = 0;
+    long a = strtol(spec, &end, 10);
+    if (end == spec || errno || a < 0)
+        return false;
+    if (*end == '\0') {
+        *flat = true;
+        *p = a;
+        *d = -1;
+        return true;
+    }
+    if (*end != ':')
+        return false;
+    const char *s2 = end + 1;
+    long b = strtol(s2, &end, 10);
+    if (end == s2 || *end != '\0' || errno || b < 0)
+        return false;
+    *flat = false;
+    *p = a;
+    *d = b;
+    return true;
+}
+
+castle_status castle_context_create_default(const char *device_spec, castle_context **out)
+{
+    castle__clear_error();
+    if (!out)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_context_create_default: out is NULL");
+    *out = NULL;
+    const char *spec = device_spec;
+    const char *source = "argument";
+    if (!spec || !*spec) {
+        spec = getenv("CASTLE_DEVICE");
+        source = "CASTLE_DEVICE";
+    }
+    if (!spec || !*spec) {
+        spec = "0:0";
+        source = "default";
+    }
+    long pi, di;
+    bool flat;
+    if (!parse_spec(spec, &pi, &di, &flat))
+        return castle__fail(CASTLE_ERR_BAD_DEVICE_SPEC,
+                            "device '%s' (%s) is malformed: expected 'P:D' (platform:device) or 'N'", spec, source);
+
+    cl_uint np = 0;
+    cl_int err = clGetPlatformIDs(0, NULL, &np);
+    if (err != CL_SUCCESS || np == 0)
+        return castle__fail(CASTLE_ERR_NO_DEVICE, "no OpenCL platform found (clGetPlatformIDs: %d); is an ICD installed?",
+                            (int)err);
+    cl_platform_id plats[64];
+    if (np > 64)
+        np = 64;
+    clGetPlatformIDs(np, plats, NULL);
+    cl_device_id device = NULL;
+    long flat_index = 0;
+    for (cl_uint p = 0; p < np && !device; ++p) {
+        if (!flat && (long)p != pi)
+            continue;
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0)
+            continue;
+        cl_device_id devs[64];
+        if (nd > 64)
+            nd = 64;
+        clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL);
+        for (cl_uint d = 0; d < nd; ++d, ++flat_index)
+            if ((flat && flat_index == pi) || (!flat && (long)d == di)) {
+                device = devs[d];
+                break;
+            }
+    }
+    if (!device)
+        return castle__fail(CASTLE_ERR_NO_DEVICE, "no OpenCL device '%s' (%s); run castle-info to list devices", spec,
+                            source);
+
+    cl_context cl_ctx = clCreateContext(NULL, 1, &device, NULL, NULL, &err);
+    if (!cl_ctx)
+        return castle__cl_fail(err, "clCreateContext");
+    cl_command_queue q = clCreateCommandQueue(cl_ctx, device, CL_QUEUE_PROFILING_ENABLE, &err);
+    if (!q) {
+        clReleaseContext(cl_ctx);
+        return castle__cl_fail(err, "clCreateCommandQueue");
+    }
+    castle_status st = castle_context_create(cl_ctx, device, out);
+    clReleaseContext(cl_ctx); /* the castle_context holds its own reference */
+    if (st != CASTLE_SUCCESS) {
+        clReleaseCommandQueue(q);
+        return st;
+    }
+    (*out)->own_queue = q;
+    return CASTLE_SUCCESS;
+}
+
+void castle_context_destroy(castle_context *ctx)
+{
+    if (!ctx)
+        return;
+    for (int i = 0; i < ctx->num_programs; ++i) {
+        clReleaseKernel(ctx->programs[i].kernel);
+        clReleaseProgram(ctx->programs[i].program);
+    }
+    if (ctx->own_queue)
+        clReleaseCommandQueue(ctx->own_queue);
+    clReleaseDevice(ctx->device);
+    clReleaseContext(ctx->cl_ctx);
+    free(ctx->build_log);
+    free(ctx);
+}
+
+cl_command_queue castle_context_queue(const castle_context *ctx) { return ctx ? ctx->own_queue : NULL; }
+cl_device_id castle_context_device(const castle_context *ctx) { return ctx ? ctx->device : NULL; }
+cl_context castle_context_cl_context(const castle_context *ctx) { return ctx ? ctx->cl_ctx : NULL; }
+const char *castle_build_log(const castle_context *ctx) { return ctx && ctx->build_log ? ctx->build_log : ""; }
+
+castle_status castle_context_get_tuning(const castle_context *ctx, castle_tuning *out)
+{
+    castle__clear_error();
+    if (!ctx)
+        return castle__fail(CASTLE_ERR_NULL_CONTEXT, "castle_context_get_tuning: context is NULL");
+    if (!out)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_context_get_tuning: out is NULL");
+    *out = ctx->tuning;
+    return CASTLE_SUCCESS;
+}
+
+const char *castle_context_tuning_name(const castle_context *ctx) { return ctx ? ctx->tuning_name : ""; }
+
+castle_status castle_context_set_tuning(castle_context *ctx, const castle_tuning *tuning)
+{
+    castle__clear_error();
+    if (!ctx)
+        return castle__fail(CASTLE_ERR_NULL_CONTEXT, "castle_context_set_tuning: context is NULL");
+    if (!tuning)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_context_set_tuning: tuning is NULL");
+    castle_status st = castle__tuning_check(tuning, &ctx->info);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    ctx->tuning = *tuning;
+    ctx->tuning_name = "api";
+    return CASTLE_SUCCESS;
+}

@@ -1,0 +1,109 @@
+/* Private declarations shared by lib/ and host/.  Nothing here is installed. */
+#ifndef CASTLE_INTERNAL_H
+#define CASTLE_INTERNAL_H
+
+#include "castle/castle.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* ---- errors (host/error.c) ---- */
+/* Records a formatted message for castle_last_error() and returns status. */
+castle_status castle__fail(castle_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void castle__clear_error(void);
+/* Wraps an OpenCL error code from call `what` (status passes through unchanged). */
+castle_status castle__cl_fail(cl_int err, const char *what);
+
+/* ---- device facts (host/device.c) ---- */
+typedef struct castle_device_info {
+    char name[256];
+    char vendor[256];
+    char driver_version[256];
+    char device_version[256];
+    char platform_version[256];
+    char platform_name[256];
+    cl_device_type type;
+    cl_uint compute_units;
+    cl_ulong local_mem_size;
+    size_t max_work_group_size;
+    cl_ulong global_mem_size;
+    cl_ulong max_alloc_size;
+    bool fp16, fp64;
+    int cl_major, cl_minor;
+} castle_device_info;
+castle_status castle__query_device(cl_device_id device, castle_device_info *info);
+
+/* ---- tuning (host/tuning.c) ---- */
+/* Picks the built-in entry for the device and applies CASTLE_TUNING.  name receives the entry's name. */
+castle_status castle__tuning_select(const castle_device_info *info, castle_tuning *out, const char **name);
+/* Checks a tuning against the rules of castle.h and the device limits. */
+castle_status castle__tuning_check(const castle_tuning *t, const castle_device_info *info);
+/* Bytes of local memory the kernels need under t. */
+size_t castle__tuning_local_bytes(const castle_tuning *t);
+
+/* ---- programs (host/program.c) ---- */
+typedef enum castle_family { CASTLE_FAMILY_FORWARD = 0, CASTLE_FAMILY_COUNT } castle_family;
+
+#define CASTLE_MAX_PROGRAMS 16
+typedef struct castle_program_slot {
+    castle_family family;
+    castle_tuning tuning;
+    cl_program program;
+    cl_kernel kernel;
+} castle_program_slot;
+
+struct castle_context {
+    cl_context cl_ctx;
+    cl_device_id device;
+    cl_command_queue own_queue; /* castle_context_create_default only */
+    castle_device_info info;
+    castle_tuning tuning;
+    const char *tuning_name;
+    castle_program_slot programs[CASTLE_MAX_PROGRAMS];
+    int num_programs;
+    char *build_log;
+};
+
+/* The kernel of family f under the context's current tuning, built (or loaded from the on-disk
+   binary cache) on first use. */
+castle_status castle__get_kernel(castle_context *ctx, castle_family f, cl_kernel *kernel);
+/* The assembled program source and build options of family f under t (malloc'd; caller frees). */
+castle_status castle__program_source(castle_family f, const castle_tuning *t, char **source, char **options);
+
+/* Embedded .cl sources (generated at build time). */
+const char *castle__embedded_source(const char *name);
+
+/* ---- on-disk binary cache (host/bincache.c) ---- */
+/* Key parts are hashed together; returns false (silently) when there is no usable entry. */
+bool castle__bincache_load(const char *const *key_parts, int nparts, unsigned char **bin, size_t *len);
+void castle__bincache_store(const char *const *key_parts, int nparts, const unsigned char *bin, size_t len);
+
+/* ---- validated problem (lib/validate.c) ---- */
+typedef struct castle_problem {
+    size_t B, H, L, d;
+    long W;
+    float scale;
+    size_t N, Lpad;                        /* blocks, padded length */
+    cl_ulong4 strides[CASTLE_TENSOR_COUNT]; /* batch, head, row, 0 */
+    size_t ws_floats, ws_x, ws_ml;          /* workspace size and region offsets, floats */
+} castle_problem;
+
+/* Checks the descriptor (shape, window, scale, strides, sizes) under the context's tuning and
+   fills p.  The one place a descriptor is validated. */
+castle_status castle__check_desc(const castle_context *ctx, const castle_attention_desc *desc, castle_problem *p);
+/* Checks that buf is a cl_mem of ctx holding `floats` floats (else too_small). */
+castle_status castle__check_buffer(const castle_context *ctx, cl_mem buf, size_t floats, const char *name,
+                                   castle_status too_small);
+/* Checks queue (non-NULL, same context and device) and the wait list. */
+castle_status castle__check_queue(const castle_context *ctx, cl_command_queue queue, cl_uint n, const cl_event *list);
+
+/* ---- schedules (host/schedule.c) ---- */
+castle_status castle__schedule_forward(castle_context *ctx, const castle_problem *p, const cl_mem in[6], cl_mem o,
+                                       cl_mem lse, cl_mem ws, cl_command_queue queue, cl_uint nwait,
+                                       const cl_event *wait, cl_event *event);
+
+#endif

@@ -1,0 +1,99 @@
+/* The anti-diagonal wavefront (SPEC section 3): launch k = 0 computes the diagonal blocks, launch
+ * k = 1 .. N-1 the k-th off-diagonal; within a launch the work-groups cover the columns j (dim 0)
+ * and the batch entries x heads (dim 1).  Launches are ordered by the queue when it is in-order,
+ * by events between them otherwise. */
+#include "internal.h"
+
+#include <stdbool.h>
+
+static castle_status queue_in_order(cl_command_queue queue, bool *in_order)
+{
+    cl_command_queue_properties props = 0;
+    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+    if (err != CL_SUCCESS)
+        return castle__cl_fail(err, "clGetCommandQueueInfo(CL_QUEUE_PROPERTIES)");
+    *in_order = !(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+    return CASTLE_SUCCESS;
+}
+
+/* Enqueues `launches` ND-ranges of kernel: launch n covers `groups(n)` work-groups in dim 0, set
+ * through arg 0 = n's iteration index.  Chains the launches, honours the caller's wait list,
+ * returns the last launch's event in *event. */
+static castle_status run_wavefront(cl_kernel kernel, const castle_problem *p, unsigned threads, int first_k, int step,
+                                   cl_command_queue queue, cl_uint nwait, const cl_event *wait, cl_event *event)
+{
+    bool in_order = true;
+    castle_status st = queue_in_order(queue, &in_order);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    const int N = (int)p->N;
+    cl_event prev = NULL;
+    for (int n = 0; n < N; ++n) {
+        const cl_int k = first_k + n * step;
+        cl_int err = clSetKernelArg(kernel, 0, sizeof k, &k);
+        if (err != CL_SUCCESS) {
+            if (prev)
+                clReleaseEvent(prev);
+            return castle__cl_fail(err, "clSetKernelArg(k)");
+        }
+        const size_t local[2] = {threads, 1};
+        const size_t global[2] = {(size_t)threads * (size_t)(N - k), p->B * p->H};
+        const bool last = n == N - 1;
+        const cl_uint nw = n == 0 ? nwait : (prev ? 1 : 0);
+        const cl_event *wl = n == 0 ? (nwait ? wait : NULL) : (prev ? &prev : NULL);
+        cl_event ev = NULL;
+        const bool want_event = (last && event) || !in_order;
+        err = clEnqueueNDRangeKernel(queue, kernel, 2, NULL, global, local, nw, wl, want_event ? &ev : NULL);
+        if (prev)
+            clReleaseEvent(prev);
+        prev = NULL;
+        if (err != CL_SUCCESS) {
+            if (ev)
+                clReleaseEvent(ev);
+            return castle__cl_fail(err, "clEnqueueNDRangeKernel");
+        }
+        if (last && event)
+            *event = ev;
+        else
+            prev = ev;
+    }
+    if (prev)
+        clReleaseEvent(prev);
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle__schedule_forward(castle_context *ctx, const castle_problem *p, const cl_mem in[6], cl_mem o,
+                                       cl_mem lse, cl_mem ws, cl_command_queue queue, cl_uint nwait,
+                                       const cl_event *wait, cl_event *event)
+{
+    cl_kernel kernel;
+    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_FORWARD, &kernel);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    const cl_int L = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H, W = (cl_int)p->W;
+    const cl_float sc = p->scale;
+    const cl_ulong ws_x = p->ws_x, ws_ml = p->ws_ml;
+    cl_uint a = 1;
+    cl_int err = CL_SUCCESS;
+#define ARG(v) err |= clSetKernelArg(kernel, a++, sizeof(v), &(v))
+    ARG(L);
+    ARG(d);
+    ARG(H);
+    ARG(W);
+    ARG(sc);
+    for (int t = 0; t < 6; ++t) {
+        ARG(in[t]);
+        ARG(p->strides[t]);
+    }
+    ARG(o);
+    ARG(p->strides[CASTLE_TENSOR_O]);
+    ARG(lse);
+    ARG(p->strides[CASTLE_TENSOR_LSE]);
+    ARG(ws);
+    ARG(ws_x);
+    ARG(ws_ml);
+#undef ARG
+    if (err != CL_SUCCESS)
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for the forward kernel");
+    return run_wavefront(kernel, p, ctx->tuning.threads, 0, 1, queue, nwait, wait, event);
+}

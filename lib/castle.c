@@ -1,0 +1,85 @@
+/* The public API layer: argument checks (through lib/validate.c), then dispatch to host/. */
+#include "internal.h"
+
+#include <string.h>
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+
+unsigned castle_version_number(void) { return CASTLE_VERSION_NUMBER; }
+const char *castle_version_string(void)
+{
+    return STR(CASTLE_VERSION_MAJOR) "." STR(CASTLE_VERSION_MINOR) "." STR(CASTLE_VERSION_PATCH);
+}
+
+void castle_attention_desc_init(castle_attention_desc *desc, size_t batch, size_t heads, size_t seq_len,
+                                size_t head_dim)
+{
+    if (!desc)
+        return;
+    memset(desc, 0, sizeof *desc);
+    desc->struct_size = sizeof *desc;
+    desc->batch = batch;
+    desc->heads = heads;
+    desc->seq_len = seq_len;
+    desc->head_dim = head_dim;
+}
+
+void castle_attention_desc_set_blhd(castle_attention_desc *desc)
+{
+    if (!desc)
+        return;
+    const size_t d = desc->head_dim, H = desc->heads, L = desc->seq_len;
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t) {
+        if (t == CASTLE_TENSOR_LSE)
+            continue;
+        desc->layout[t].row_stride = H * d;
+        desc->layout[t].head_stride = d;
+        desc->layout[t].batch_stride = L * H * d;
+    }
+}
+
+castle_status castle_forward_workspace_size(const castle_context *ctx, const castle_attention_desc *desc,
+                                            size_t *bytes)
+{
+    castle__clear_error();
+    castle_problem p;
+    castle_status st = castle__check_desc(ctx, desc, &p);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    if (!bytes)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_forward_workspace_size: bytes is NULL");
+    *bytes = p.ws_floats * sizeof(float);
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle_forward(castle_context *ctx, const castle_attention_desc *desc, cl_mem qu, cl_mem ku, cl_mem vu,
+                             cl_mem qc, cl_mem kc, cl_mem vc, cl_mem o, cl_mem lse, cl_mem workspace,
+                             cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_events,
+                             cl_event *event)
+{
+    castle__clear_error();
+    castle_problem p;
+    castle_status st = castle__check_desc(ctx, desc, &p);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    const cl_mem bufs[CASTLE_TENSOR_COUNT] = {qu, ku, vu, qc, kc, vc, o, lse};
+    static const char *const names[CASTLE_TENSOR_COUNT] = {"qu", "ku", "vu", "qc", "kc", "vc", "o", "lse"};
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
+        if ((st = castle__check_buffer(ctx, bufs[t], p.strides[t].s[3], names[t], CASTLE_ERR_BUFFER_TOO_SMALL)))
+            return st;
+    if ((st = castle__check_buffer(ctx, workspace, p.ws_floats, "workspace", CASTLE_ERR_WORKSPACE_TOO_SMALL)))
+        return st;
+    const cl_mem outs[3] = {o, lse, workspace};
+    static const char *const out_names[3] = {"o", "lse", "workspace"};
+    for (int a = 0; a < 3; ++a)
+        for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
+            if (bufs[t] == outs[a] && !(t == CASTLE_TENSOR_O && a == 0) && !(t == CASTLE_TENSOR_LSE && a == 1))
+                return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "output %s is the same buffer as %s", out_names[a],
+                                    names[t]);
+    if (workspace == o || workspace == lse)
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "workspace is the same buffer as an output");
+    if ((st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
+        return st;
+    return castle__schedule_forward(ctx, &p, bufs, o, lse, workspace, queue, num_wait_events, wait_events, event);
+}

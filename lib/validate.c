@@ -1,0 +1,175 @@
+/* The one place where descriptors, buffers, queues and wait lists are validated. */
+#include "internal.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static const char *const tensor_names[CASTLE_TENSOR_COUNT] = {"qu", "ku", "vu", "qc", "kc", "vc", "o", "lse"};
+
+static bool mul_ok(size_t a, size_t b, size_t *r)
+{
+    if (a && b > SIZE_MAX / a)
+        return false;
+    *r = a * b;
+    return true;
+}
+
+static bool add_ok(size_t a, size_t b, size_t *r)
+{
+    if (b > SIZE_MAX - a)
+        return false;
+    *r = a + b;
+    return true;
+}
+
+/* Elements spanned by a layout: (B-1) bs + (H-1) hs + (L-1) rs + width. */
+static bool layout_span(const castle_layout *l, size_t B, size_t H, size_t L, size_t width, size_t *span)
+{
+    size_t a, b, c, s;
+    return mul_ok(B - 1, l->batch_stride, &a) && mul_ok(H - 1, l->head_stride, &b) &&
+           mul_ok(L - 1, l->row_stride, &c) && add_ok(a, b, &s) && add_ok(s, c, &s) && add_ok(s, width, span);
+}
+
+/* True when distinct (b, h, row) index triples never share an element. */
+static bool layout_disjoint(const castle_layout *l, size_t B, size_t H, size_t L, size_t width)
+{
+    size_t st[3] = {l->batch_stride, l->head_stride, l->row_stride}, n[3] = {B, H, L};
+    for (int a = 0; a < 3; ++a) /* sort by stride, ascending */
+        for (int b = a + 1; b < 3; ++b)
+            if (st[b] < st[a]) {
+                size_t t = st[a];
+                st[a] = st[b];
+                st[b] = t;
+                t = n[a];
+                n[a] = n[b];
+                n[b] = t;
+            }
+    size_t span = width;
+    for (int a = 0; a < 3; ++a) {
+        if (n[a] == 1)
+            continue;
+        if (st[a] < span)
+            return false;
+        span = st[a] * (n[a] - 1) + span; /* no overflow: layout_span succeeded */
+    }
+    return true;
+}
+
+castle_status castle__check_desc(const castle_context *ctx, const castle_attention_desc *desc, castle_problem *p)
+{
+    if (!ctx)
+        return castle__fail(CASTLE_ERR_NULL_CONTEXT, "the castle_context is NULL");
+    if (!desc)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "the attention descriptor is NULL");
+    if (desc->struct_size != sizeof(castle_attention_desc))
+        return castle__fail(CASTLE_ERR_DESC_VERSION,
+                            "descriptor struct_size is %zu, this library expects %zu; use castle_attention_desc_init",
+                            desc->struct_size, sizeof(castle_attention_desc));
+    memset(p, 0, sizeof *p);
+    p->B = desc->batch;
+    p->H = desc->heads;
+    p->L = desc->seq_len;
+    p->d = desc->head_dim;
+    if (!p->B || !p->H || !p->L || !p->d)
+        return castle__fail(CASTLE_ERR_ZERO_SIZE, "batch=%zu heads=%zu seq_len=%zu head_dim=%zu: all must be >= 1",
+                            p->B, p->H, p->L, p->d);
+    if (p->d > CASTLE_MAX_HEAD_DIM)
+        return castle__fail(CASTLE_ERR_HEAD_DIM, "head_dim=%zu: supported head dims are 1..%d", p->d,
+                            CASTLE_MAX_HEAD_DIM);
+    if (desc->window < 0)
+        return castle__fail(CASTLE_ERR_NEGATIVE_WINDOW, "window=%ld: must be 0 (CASTLE) or >= 1 (CASTLE-SWL)",
+                            desc->window);
+    if (!(desc->scale >= 0.0f) || isinf(desc->scale))
+        return castle__fail(CASTLE_ERR_BAD_SCALE, "scale=%g: must be finite and >= 0 (0 means 1/sqrt(d))",
+                            (double)desc->scale);
+    const size_t blk = ctx->tuning.block;
+    size_t bh;
+    if (p->L > (size_t)INT_MAX - blk || !mul_ok(p->B, p->H, &bh) || bh > (size_t)INT_MAX)
+        return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "batch*heads=%zu*%zu and seq_len=%zu must each fit in an int",
+                            p->B, p->H, p->L);
+    /* A window reaching past the sequence is no window at all. */
+    p->W = (size_t)desc->window >= p->L ? 0 : desc->window;
+    p->scale = desc->scale > 0.0f ? desc->scale : (float)(1.0 / sqrt((double)p->d));
+    p->N = (p->L + blk - 1) / blk;
+    p->Lpad = p->N * blk;
+
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t) {
+        castle_layout l = desc->layout[t];
+        const bool is_lse = t == CASTLE_TENSOR_LSE;
+        const size_t width = is_lse ? 1 : p->d;
+        if (!l.batch_stride && !l.head_stride && !l.row_stride) {
+            l.row_stride = width;
+            if (!mul_ok(p->L, width, &l.head_stride) || !mul_ok(p->H, l.head_stride, &l.batch_stride))
+                return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "packed size of %s overflows", tensor_names[t]);
+        }
+        if (l.row_stride < width)
+            return castle__fail(CASTLE_ERR_BAD_STRIDE, "%s row_stride=%zu is smaller than its row width %zu",
+                                tensor_names[t], l.row_stride, width);
+        size_t span;
+        if (!layout_span(&l, p->B, p->H, p->L, width, &span) || span > SIZE_MAX / sizeof(float))
+            return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "the extent of %s overflows", tensor_names[t]);
+        if ((t == CASTLE_TENSOR_O || is_lse) && !layout_disjoint(&l, p->B, p->H, p->L, width))
+            return castle__fail(CASTLE_ERR_BAD_STRIDE,
+                                "output %s strides (batch %zu, head %zu, row %zu) make rows overlap",
+                                tensor_names[t], l.batch_stride, l.head_stride, l.row_stride);
+        p->strides[t].s[0] = l.batch_stride;
+        p->strides[t].s[1] = l.head_stride;
+        p->strides[t].s[2] = l.row_stride;
+        p->strides[t].s[3] = span; /* elements the buffer must hold */
+    }
+
+    /* Workspace: D (Lpad x d), X (N x blk x blk), m and l (Lpad x 2) per batch entry and head. */
+    size_t dsz, xsz, mlsz, per, total;
+    if (!mul_ok(p->Lpad, p->d, &dsz) || !mul_ok(p->N, blk * blk, &xsz) || !mul_ok(p->Lpad, 2, &mlsz) ||
+        !add_ok(dsz, xsz, &per) || !add_ok(per, mlsz, &per) || !mul_ok(per, bh, &total) ||
+        total > SIZE_MAX / sizeof(float))
+        return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "the workspace size overflows");
+    p->ws_x = dsz * bh;
+    p->ws_ml = (dsz + xsz) * bh;
+    p->ws_floats = total;
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle__check_buffer(const castle_context *ctx, cl_mem buf, size_t floats, const char *name,
+                                   castle_status too_small)
+{
+    if (!buf)
+        return castle__fail(CASTLE_ERR_NULL_BUFFER, "buffer %s is NULL", name);
+    size_t size = 0;
+    cl_context owner = NULL;
+    cl_int err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
+    if (err != CL_SUCCESS)
+        return castle__fail((castle_status)err, "buffer %s is not a valid cl_mem", name);
+    if (owner != ctx->cl_ctx)
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "buffer %s belongs to another OpenCL context", name);
+    if (size / sizeof(float) < floats)
+        return castle__fail(too_small, "buffer %s holds %zu bytes; the descriptor needs %zu", name, size, floats * sizeof(float));
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle__check_queue(const castle_context *ctx, cl_command_queue queue, cl_uint n, const cl_event *list)
+{
+    if (!queue)
+        return castle__fail(CASTLE_ERR_NULL_QUEUE, "the command queue is NULL");
+    cl_context qc = NULL;
+    cl_device_id qd = NULL;
+    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qc, &qc, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qd, &qd, NULL);
+    if (err != CL_SUCCESS)
+        return castle__fail((castle_status)err, "the command queue is not valid");
+    if (qc != ctx->cl_ctx || qd != ctx->device)
+        return castle__fail(CASTLE_ERR_QUEUE_MISMATCH, "the command queue belongs to another %s",
+                            qc != ctx->cl_ctx ? "OpenCL context" : "device");
+    if ((n > 0) != (list != NULL))
+        return castle__fail(CASTLE_ERR_WAIT_LIST, "num_wait_events=%u with a %s wait list", n,
+                            list ? "non-NULL" : "NULL");
+    for (cl_uint i = 0; i < n; ++i)
+        if (!list[i])
+            return castle__fail(CASTLE_ERR_WAIT_LIST, "wait_events[%u] is NULL", i);
+    return CASTLE_SUCCESS;
+}

@@ -1,0 +1,298 @@
+#include "harness.h"
+
+#include "ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SENTINEL 1234.5f
+#define GUARD_POST 257
+
+static castle_context *g_ctx;
+static bool g_tried;
+
+castle_context *h_context(void)
+{
+    if (!g_tried) {
+        g_tried = true;
+        if (castle_context_create_default(NULL, &g_ctx) != CASTLE_SUCCESS)
+            g_ctx = NULL;
+    }
+    return g_ctx;
+}
+
+cl_command_queue h_queue(void) { return castle_context_queue(h_context()); }
+
+static uint64_t mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+double h_value(uint64_t seed, unsigned tensor, size_t b, size_t h, size_t row, size_t col)
+{
+    uint64_t z = mix(seed + 0x9e3779b97f4a7c15ull);
+    z = mix(z ^ (tensor + 1));
+    z = mix(z ^ (b + 0x100));
+    z = mix(z ^ (h + 0x10000));
+    z = mix(z ^ (row + 0x1000000));
+    z = mix(z ^ (col + 0x100000000ull));
+    return (double)(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+void h_apply_layout(castle_attention_desc *desc, h_layout layout)
+{
+    if (layout == H_BLHD) {
+        castle_attention_desc_set_blhd(desc);
+    } else if (layout == H_PADDED) {
+        const size_t rs = desc->head_dim + 5;
+        for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t) {
+            if (t == CASTLE_TENSOR_LSE) { /* every other slot: gaps between positions */
+                desc->layout[t].row_stride = 2;
+                desc->layout[t].head_stride = 2 * desc->seq_len + 1;
+                desc->layout[t].batch_stride = desc->heads * desc->layout[t].head_stride;
+                continue;
+            }
+            desc->layout[t].row_stride = rs;
+            desc->layout[t].head_stride = rs * desc->seq_len + 3;
+            desc->layout[t].batch_stride = desc->heads * desc->layout[t].head_stride + 7;
+        }
+    }
+}
+
+bool h_guarded_create(cl_context cl_ctx, cl_device_id dev, h_guarded *g, size_t span)
+{
+    memset(g, 0, sizeof *g);
+    cl_uint align_bits = 1024;
+    clGetDeviceInfo(dev, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits, &align_bits, NULL);
+    g->pre = align_bits / 8 / sizeof(float);
+    if (g->pre == 0)
+        g->pre = 1;
+    g->span = span;
+    g->post = GUARD_POST;
+    const size_t total = g->pre + span + g->post;
+    cl_int err;
+    g->parent = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE, total * sizeof(float), NULL, &err);
+    if (!g->parent)
+        return false;
+    cl_buffer_region region = {g->pre * sizeof(float), span * sizeof(float)};
+    g->view = clCreateSubBuffer(g->parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+    if (!g->view) {
+        clReleaseMemObject(g->parent);
+        g->parent = NULL;
+        return false;
+    }
+    return true;
+}
+
+void h_guarded_release(h_guarded *g)
+{
+    if (g->view)
+        clReleaseMemObject(g->view);
+    if (g->parent)
+        clReleaseMemObject(g->parent);
+    memset(g, 0, sizeof *g);
+}
+
+bool h_guarded_write(cl_command_queue q, const h_guarded *g, const float *host)
+{
+    const size_t total = g->pre + g->span + g->post;
+    float *all = malloc(total * sizeof(float));
+    if (!all)
+        return false;
+    for (size_t i = 0; i < total; ++i)
+        all[i] = SENTINEL;
+    if (host)
+        memcpy(all + g->pre, host, g->span * sizeof(float));
+    cl_int err = clEnqueueWriteBuffer(q, g->parent, CL_TRUE, 0, total * sizeof(float), all, 0, NULL, NULL);
+    free(all);
+    return err == CL_SUCCESS;
+}
+
+bool h_guarded_read(cl_command_queue q, const h_guarded *g, float *host, const bool *used)
+{
+    const size_t total = g->pre + g->span + g->post;
+    float *all = malloc(total * sizeof(float));
+    if (!all)
+        return false;
+    bool ok = clEnqueueReadBuffer(q, g->parent, CL_TRUE, 0, total * sizeof(float), all, 0, NULL, NULL) == CL_SUCCESS;
+    for (size_t i = 0; ok && i < total; ++i) {
+        const bool inside = i >= g->pre && i < g->pre + g->span;
+        if ((!inside || (used && !used[i - g->pre])) && all[i] != SENTINEL)
+            ok = false;
+    }
+    if (ok && host)
+        memcpy(host, all + g->pre, g->span * sizeof(float));
+    free(all);
+    return ok;
+}
+
+/* Offset of (b, h, t) in a layout, after castle's "all zero = packed" rule. */
+static size_t offset_of(const castle_layout *l, size_t width, size_t H, size_t L, size_t b, size_t h, size_t t)
+{
+    castle_layout x = *l;
+    if (!x.batch_stride && !x.head_stride && !x.row_stride) {
+        x.row_stride = width;
+        x.head_stride = L * width;
+        x.batch_stride = H * L * width;
+    }
+    return b * x.batch_stride + h * x.head_stride + t * x.row_stride;
+}
+
+static size_t span_of(const castle_layout *l, size_t width, size_t B, size_t H, size_t L)
+{
+    return offset_of(l, width, H, L, B - 1, H - 1, L - 1) + width;
+}
+
+void h_fwd_out_free(h_fwd_out *out)
+{
+    free(out->o);
+    free(out->lse);
+    out->o = out->lse = NULL;
+}
+
+static double max_err(const float *got, const double *ref, size_t n, bool *finite)
+{
+    double e = 0, m = 1;
+    for (size_t i = 0; i < n; ++i) {
+        if (!isfinite(got[i]))
+            *finite = false;
+        e = fmax(e, fabs((double)got[i] - ref[i]));
+        m = fmax(m, fabs(ref[i]));
+    }
+    return *finite ? e / m : INFINITY;
+}
+
+castle_status h_run_forward(castle_context *ctx, cl_command_queue q, const h_fwd_case *c, bool with_ref, bool keep,
+                            h_fwd_out *out)
+{
+    memset(out, 0, sizeof *out);
+    castle_attention_desc desc;
+    castle_attention_desc_init(&desc, c->B, c->H, c->L, c->d);
+    desc.window = c->W;
+    desc.scale = c->scale;
+    h_apply_layout(&desc, c->layout);
+    const size_t B = c->B, H = c->H, L = c->L, d = c->d, n = B * H * L * d;
+    const double sc = c->scale > 0 ? c->scale : 1.0 / sqrt((double)d);
+    cl_context clc = castle_context_cl_context(ctx);
+    cl_device_id dev = castle_context_device(ctx);
+
+    castle_status st = CASTLE_SUCCESS;
+    h_guarded g[CASTLE_TENSOR_COUNT + 1];
+    memset(g, 0, sizeof g);
+    float *host[CASTLE_TENSOR_COUNT] = {0};
+    bool *used[CASTLE_TENSOR_COUNT] = {0};
+    double *logical = malloc(6 * n * sizeof(double));
+    size_t ws_bytes = 0;
+    if (!logical) {
+        st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
+        goto done;
+    }
+    for (int t = 0; t < 6; ++t)
+        for (size_t b = 0; b < B; ++b)
+            for (size_t h = 0; h < H; ++h)
+                for (size_t r = 0; r < L; ++r)
+                    for (size_t e = 0; e < d; ++e) /* representable in float: the device sees the same */
+                        logical[(size_t)t * n + ((b * H + h) * L + r) * d + e] =
+                            (double)(float)(c->mag * h_value(c->seed, (unsigned)t, b, h, r, e));
+
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t) {
+        const size_t width = t == CASTLE_TENSOR_LSE ? 1 : d;
+        const size_t span = span_of(&desc.layout[t], width, B, H, L);
+        host[t] = malloc(span * sizeof(float));
+        used[t] = calloc(span, sizeof(bool));
+        if (!host[t] || !used[t] || !h_guarded_create(clc, dev, &g[t], span)) {
+            st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
+            goto done;
+        }
+        for (size_t i = 0; i < span; ++i)
+            host[t][i] = SENTINEL;
+        for (size_t b = 0; b < B; ++b)
+            for (size_t h = 0; h < H; ++h)
+                for (size_t r = 0; r < L; ++r) {
+                    size_t off = offset_of(&desc.layout[t], width, H, L, b, h, r);
+                    for (size_t e = 0; e < width; ++e) {
+                        used[t][off + e] = true;
+                        if (t < 6)
+                            host[t][off + e] = (float)logical[(size_t)t * n + ((b * H + h) * L + r) * d + e];
+                    }
+                }
+        if (!h_guarded_write(q, &g[t], t < 6 ? host[t] : NULL)) {
+            st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
+            goto done;
+        }
+    }
+    if ((st = castle_forward_workspace_size(ctx, &desc, &ws_bytes)))
+        goto done;
+    if (!h_guarded_create(clc, dev, &g[CASTLE_TENSOR_COUNT], ws_bytes / sizeof(float)) ||
+        !h_guarded_write(q, &g[CASTLE_TENSOR_COUNT], NULL)) {
+        st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
+        goto done;
+    }
+    cl_event ev = NULL;
+    st = castle_forward(ctx, &desc, g[0].view, g[1].view, g[2].view, g[3].view, g[4].view, g[5].view, g[6].view,
+                        g[7].view, g[8].view, q, 0, NULL, &ev);
+    if (st)
+        goto done;
+    clWaitForEvents(1, &ev);
+    clReleaseEvent(ev);
+
+    out->guards_ok = h_guarded_read(q, &g[CASTLE_TENSOR_O], host[CASTLE_TENSOR_O], used[CASTLE_TENSOR_O]) &&
+                     h_guarded_read(q, &g[CASTLE_TENSOR_LSE], host[CASTLE_TENSOR_LSE], used[CASTLE_TENSOR_LSE]) &&
+                     h_guarded_read(q, &g[CASTLE_TENSOR_COUNT], NULL, NULL);
+    for (int t = 0; t < 6; ++t) /* inputs must be untouched too */
+        out->guards_ok = out->guards_ok && h_guarded_read(q, &g[t], NULL, used[t]);
+    out->o = malloc(n * sizeof(float));
+    out->lse = malloc(B * H * L * sizeof(float));
+    if (!out->o || !out->lse) {
+        st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
+        goto done;
+    }
+    for (size_t b = 0; b < B; ++b)
+        for (size_t h = 0; h < H; ++h)
+            for (size_t r = 0; r < L; ++r) {
+                const size_t bhr = (b * H + h) * L + r;
+                memcpy(out->o + bhr * d, host[CASTLE_TENSOR_O] + offset_of(&desc.layout[CASTLE_TENSOR_O], d, H, L, b, h, r),
+                       d * sizeof(float));
+                out->lse[bhr] = host[CASTLE_TENSOR_LSE][offset_of(&desc.layout[CASTLE_TENSOR_LSE], 1, H, L, b, h, r)];
+            }
+    out->finite = true;
+    for (size_t i = 0; i < n; ++i)
+        out->finite = out->finite && isfinite(out->o[i]);
+    for (size_t i = 0; i < B * H * L; ++i)
+        out->finite = out->finite && isfinite(out->lse[i]);
+    if (with_ref) {
+        double *ro = malloc(n * sizeof(double)), *rl = malloc(B * H * L * sizeof(double));
+        if (!ro || !rl) {
+            free(ro);
+            free(rl);
+            st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
+            goto done;
+        }
+        for (size_t bh = 0; bh < B * H; ++bh) {
+            const double *in[6];
+            for (int t = 0; t < 6; ++t)
+                in[t] = logical + (size_t)t * n + bh * L * d;
+            ref_forward_recurrent((int)L, (int)d, (int)(c->W > (long)L ? 0 : c->W), sc, in[0], in[1], in[2], in[3],
+                                  in[4], in[5], ro + bh * L * d, rl + bh * L);
+        }
+        bool fin = true;
+        out->err_o = max_err(out->o, ro, n, &fin);
+        out->err_lse = max_err(out->lse, rl, B * H * L, &fin);
+        free(ro);
+        free(rl);
+    }
+done:
+    if (!keep || st)
+        h_fwd_out_free(out);
+    for (int t = 0; t <= CASTLE_TENSOR_COUNT; ++t)
+        h_guarded_release(&g[t]);
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t) {
+        free(host[t]);
+        free(used[t]);
+    }
+    free(logical);
+    return st;
+}

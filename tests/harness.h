@@ -1,0 +1,62 @@
+/* Shared test helpers: the device under test, data generation, guarded device buffers, and the
+ * forward case driver used by the correctness suites (and by castle-info's self-test). */
+#ifndef CASTLE_TESTS_HARNESS_H
+#define CASTLE_TESTS_HARNESS_H
+
+#include "castle/castle.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The context for CASTLE_DEVICE (default "0:0"), created once per process; NULL on failure with
+   the reason in castle_last_error(). */
+castle_context *h_context(void);
+cl_command_queue h_queue(void);
+
+/* The test value of element (tensor, b, h, row, col) for a seed, in [-1, 1): independent of the
+   shape, so a length-P run sees exactly the first P rows of a length-L run. */
+double h_value(uint64_t seed, unsigned tensor, size_t b, size_t h, size_t row, size_t col);
+
+/* Tensor layouts the suites exercise. */
+typedef enum h_layout { H_BHLD = 0, H_BLHD = 1, H_PADDED = 2 /* BHLD with row stride d + 5 */ } h_layout;
+void h_apply_layout(castle_attention_desc *desc, h_layout layout);
+
+/* A device buffer for a tensor of `span` floats inside a larger parent whose margins (and, for
+   strided layouts, the gaps between rows) are filled with a sentinel; h_guard_intact checks that
+   every element outside `mask` still holds it. */
+typedef struct h_guarded {
+    cl_mem parent, view;
+    size_t pre, span, post; /* floats */
+} h_guarded;
+bool h_guarded_create(cl_context cl_ctx, cl_device_id dev, h_guarded *g, size_t span);
+void h_guarded_release(h_guarded *g);
+/* Reads the whole parent; *host receives span floats of the view; returns false when a float
+   outside the view (pre or post margin) or at a position where used[i] is false changed. */
+bool h_guarded_read(cl_command_queue q, const h_guarded *g, float *host, const bool *used);
+bool h_guarded_write(cl_command_queue q, const h_guarded *g, const float *host);
+
+/* A forward-pass test case. */
+typedef struct h_fwd_case {
+    size_t B, H, L, d;
+    long W;
+    h_layout layout;
+    double mag;   /* inputs uniform in [-mag, mag) */
+    float scale;  /* 0 = default 1/sqrt(d) */
+    uint64_t seed;
+} h_fwd_case;
+
+typedef struct h_fwd_out {
+    double err_o, err_lse; /* max |got - ref| / max(1, max |ref|) over the tensor */
+    bool guards_ok;
+    bool finite;
+    float *o, *lse;        /* logical (B, H, L, d) / (B, H, L) device results, if keep was set */
+} h_fwd_out;
+
+/* Runs castle_forward on ctx/queue and, if with_ref, compares with ref_forward_recurrent.
+   Returns CASTLE_SUCCESS or the failing status.  With keep, out->o and out->lse are malloc'd. */
+castle_status h_run_forward(castle_context *ctx, cl_command_queue queue, const h_fwd_case *c, bool with_ref,
+                            bool keep, h_fwd_out *out);
+void h_fwd_out_free(h_fwd_out *out);
+
+#endif
