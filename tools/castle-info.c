@@ -239,6 +239,7 @@ static bool self_test(castle_context *ctx, cl_context clc, cl_device_id dev)
     static const h_fwd_case cases[] = {
         {.B = 2, .H = 2, .L = 70, .d = 16, .W = 0, .layout = H_BHLD, .mag = 1.0, .scale = 0, .seed = 11},
         {.B = 2, .H = 2, .L = 70, .d = 16, .W = 5, .layout = H_BLHD, .mag = 1.0, .scale = 0, .seed = 12},
+        {.B = 1, .H = 3, .L = 45, .d = 24, .W = 2, .layout = H_PADDED, .mag = 1.0, .scale = 0, .seed = 13},
     };
     const size_t ncases = sizeof cases / sizeof cases[0];
     double worst = 0;
@@ -270,8 +271,10 @@ static bool self_test(castle_context *ctx, cl_context clc, cl_device_id dev)
             snprintf(reason, sizeof reason, "%s: non-finite output", what);
             pass = false;
         } else if (!out.guards_ok) {
-            snprintf(reason, sizeof reason, "%s: guard violation (a write outside O/lse, or an input modified)",
-                     what);
+            snprintf(
+                reason, sizeof reason,
+                "%s: guard violation (a write outside the O/lse elements or the workspace, or an input was modified)",
+                what);
             pass = false;
         } else if (!(e <= FORWARD_TOL)) {
             snprintf(reason, sizeof reason, "%s: max error %.3g (O %.3g, lse %.3g) exceeds tolerance %.0e", what, e,
@@ -369,8 +372,8 @@ static bool report_device(cl_device_id dev, cl_uint p, cl_uint d, long flat, boo
     }
     castle_tuning t = {0, 0, 0};
     if (castle_context_get_tuning(ctx, &t) == CASTLE_SUCCESS)
-        printf("    tuning: %s (block=%u threads=%u dchunk=%u)\n", or_unknown(castle_context_tuning_name(ctx)),
-               t.block, t.threads, t.dchunk);
+        printf("    tuning: %s (block=%u threads=%u dchunk=%u)\n", or_unknown(castle_context_tuning_name(ctx)), t.block,
+               t.threads, t.dchunk);
     else
         printf("    tuning: %s (unreadable)\n", or_unknown(castle_context_tuning_name(ctx)));
     fflush(stdout);
@@ -499,7 +502,8 @@ int main(int argc, char **argv)
 
     if (spec && !matched) {
         fflush(stdout);
-        fprintf(stderr, "%s: no OpenCL device '%s' (%ld device%s on %u platform%s; run %s without --device to list them)\n",
+        fprintf(stderr,
+                "%s: no OpenCL device '%s' (%ld device%s on %u platform%s; run %s without --device to list them)\n",
                 prog, spec, total_devices, total_devices == 1 ? "" : "s", np, np == 1 ? "" : "s", prog);
         return EXIT_USAGE;
     }
@@ -516,7 +520,7 @@ int main(int argc, char **argv)
         printf("\n%s: %d device%s tested, %d passed, %d failed\n", prog, listed, listed == 1 ? "" : "s", passed,
                listed - passed);
     else
-        printf("\n%s: %d device%s listed (self-test skipped), %d usable, %d without a castle context\n", prog,
-               listed, listed == 1 ? "" : "s", passed, listed - passed);
+        printf("\n%s: %d device%s listed (self-test skipped), %d usable, %d without a castle context\n", prog, listed,
+               listed == 1 ? "" : "s", passed, listed - passed);
     return passed == listed ? EXIT_PASS : EXIT_FAIL;
 }
