@@ -190,10 +190,10 @@ void castle_context_destroy(castle_context *ctx)
 {
     if (!ctx)
         return;
-    for (int i = 0; i < ctx->num_programs; ++i) {
-        clReleaseKernel(ctx->programs[i].kernel);
+    for (int i = 0; i < ctx->num_kernels; ++i)
+        clReleaseKernel(ctx->kernels[i].kernel);
+    for (int i = 0; i < ctx->num_programs; ++i)
         clReleaseProgram(ctx->programs[i].program);
-    }
     if (ctx->own_queue)
         clReleaseCommandQueue(ctx->own_queue);
     clReleaseDevice(ctx->device);

@@ -46,15 +46,26 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
 size_t castle__tuning_local_bytes(const castle_tuning *t);
 
 /* ---- programs (host/program.c) ---- */
-typedef enum castle_family { CASTLE_FAMILY_FORWARD = 0, CASTLE_FAMILY_COUNT } castle_family;
+/* One program per kernel family (one .cl file after common.cl) and tuning. */
+typedef enum castle_family {
+    CASTLE_FAMILY_FORWARD = 0, /* cl/forward.cl */
+    CASTLE_FAMILY_BACKWARD,    /* cl/backward.cl */
+    CASTLE_FAMILY_CACHE,       /* cl/cache.cl: prefill and decode with the UQ-KV cache */
+    CASTLE_FAMILY_COUNT
+} castle_family;
 
 #define CASTLE_MAX_PROGRAMS 16
+#define CASTLE_MAX_KERNELS 64
 typedef struct castle_program_slot {
     castle_family family;
     castle_tuning tuning;
     cl_program program;
-    cl_kernel kernel;
 } castle_program_slot;
+typedef struct castle_kernel_slot {
+    int program;      /* index into castle_context.programs */
+    const char *name; /* static string */
+    cl_kernel kernel;
+} castle_kernel_slot;
 
 struct castle_context {
     cl_context cl_ctx;
@@ -65,12 +76,14 @@ struct castle_context {
     const char *tuning_name;
     castle_program_slot programs[CASTLE_MAX_PROGRAMS];
     int num_programs;
+    castle_kernel_slot kernels[CASTLE_MAX_KERNELS];
+    int num_kernels;
     char *build_log;
 };
 
-/* The kernel of family f under the context's current tuning, built (or loaded from the on-disk
-   binary cache) on first use. */
-castle_status castle__get_kernel(castle_context *ctx, castle_family f, cl_kernel *kernel);
+/* Kernel `name` (a static string) of family f under the context's current tuning; the program is
+   built (or loaded from the on-disk binary cache) on first use, the kernel created once. */
+castle_status castle__get_kernel(castle_context *ctx, castle_family f, const char *name, cl_kernel *kernel);
 /* The assembled program source and build options of family f under t (malloc'd; caller frees). */
 castle_status castle__program_source(castle_family f, const castle_tuning *t, char **source, char **options);
 

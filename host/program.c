@@ -7,13 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct family_desc {
-    const char *file;
-    const char *kernel;
-} family_desc;
-
-static const family_desc families[CASTLE_FAMILY_COUNT] = {
-    [CASTLE_FAMILY_FORWARD] = {"forward.cl", "castle_forward_block"},
+static const char *const family_files[CASTLE_FAMILY_COUNT] = {
+    [CASTLE_FAMILY_FORWARD] = "forward.cl",
+    [CASTLE_FAMILY_BACKWARD] = "backward.cl",
+    [CASTLE_FAMILY_CACHE] = "cache.cl",
 };
 
 /* Returns malloc'd contents of cl/<name>, from CASTLE_CL_DIR or the embedded copy. */
@@ -51,12 +48,12 @@ castle_status castle__program_source(castle_family f, const castle_tuning *t, ch
 {
     *source = *options = NULL;
     char *common = load_source("common.cl");
-    char *body = load_source(families[f].file);
+    char *body = load_source(family_files[f]);
     static const char prelude[] = "/* libcastle */\n";
     if (!common || !body) {
         free(common);
         free(body);
-        return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "cannot load kernel source %s", families[f].file);
+        return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "cannot load kernel source %s", family_files[f]);
     }
     size_t n = strlen(prelude) + strlen(common) + strlen(body) + 2;
     char *src = malloc(n);
@@ -66,7 +63,7 @@ castle_status castle__program_source(castle_family f, const castle_tuning *t, ch
         free(body);
         free(src);
         free(opt);
-        return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "out of host memory assembling %s", families[f].file);
+        return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "out of host memory assembling %s", family_files[f]);
     }
     snprintf(src, n, "%s%s\n%s", prelude, common, body);
     snprintf(opt, 256, "-cl-std=CL1.2 -DBLK=%u -DNT=%u -DDT=%u", t->block, t->threads, t->dchunk);
@@ -75,6 +72,17 @@ castle_status castle__program_source(castle_family f, const castle_tuning *t, ch
     *source = src;
     *options = opt;
     return CASTLE_SUCCESS;
+}
+
+static void set_log(castle_context *ctx, const char *text)
+{
+    size_t n = strlen(text);
+    char *log = malloc(n + 1);
+    if (!log)
+        return;
+    memcpy(log, text, n + 1);
+    free(ctx->build_log);
+    ctx->build_log = log;
 }
 
 static void keep_log(castle_context *ctx, cl_program prog)
@@ -112,7 +120,7 @@ static cl_program from_cache(castle_context *ctx, const char *const *key, int nk
     return prog;
 }
 
-static void to_cache(castle_context *ctx, cl_program prog, const char *const *key, int nkey)
+static void to_cache(cl_program prog, const char *const *key, int nkey)
 {
     size_t len = 0;
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof len, &len, NULL) != CL_SUCCESS || len == 0)
@@ -124,20 +132,20 @@ static void to_cache(castle_context *ctx, cl_program prog, const char *const *ke
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS)
         castle__bincache_store(key, nkey, bin, len);
     free(bin);
-    (void)ctx;
 }
 
-castle_status castle__get_kernel(castle_context *ctx, castle_family f, cl_kernel *kernel)
+/* Index of the program of family f under the current tuning, building it on first use. */
+static castle_status get_program(castle_context *ctx, castle_family f, int *index)
 {
     for (int i = 0; i < ctx->num_programs; ++i) {
-        castle_program_slot *s = &ctx->programs[i];
+        const castle_program_slot *s = &ctx->programs[i];
         if (s->family == f && !memcmp(&s->tuning, &ctx->tuning, sizeof s->tuning)) {
-            *kernel = s->kernel;
+            *index = i;
             return CASTLE_SUCCESS;
         }
     }
     if (ctx->num_programs == CASTLE_MAX_PROGRAMS)
-        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "more than %d kernel configurations on one context",
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "more than %d kernel programs on one context",
                             CASTLE_MAX_PROGRAMS);
     char *src, *opt;
     castle_status st = castle__program_source(f, &ctx->tuning, &src, &opt);
@@ -148,7 +156,9 @@ castle_status castle__get_kernel(castle_context *ctx, castle_family f, cl_kernel
     const int nkey = (int)(sizeof key / sizeof key[0]);
     cl_int err = CL_SUCCESS;
     cl_program prog = from_cache(ctx, key, nkey);
-    if (!prog) {
+    if (prog) {
+        set_log(ctx, "program binary loaded from the on-disk cache; nothing compiled\n");
+    } else {
         const char *srcs[1] = {src};
         prog = clCreateProgramWithSource(ctx->cl_ctx, 1, srcs, NULL, &err);
         if (!prog) {
@@ -161,25 +171,44 @@ castle_status castle__get_kernel(castle_context *ctx, castle_family f, cl_kernel
         if (err != CL_SUCCESS) {
             clReleaseProgram(prog);
             st = castle__fail(CASTLE_ERR_BUILD_FAILED, "building %s with '%s' failed (OpenCL %d); see castle_build_log()",
-                              families[f].file, opt, (int)err);
+                              family_files[f], opt, (int)err);
             free(src);
             free(opt);
             return st;
         }
-        to_cache(ctx, prog, key, nkey);
+        to_cache(prog, key, nkey);
     }
     free(src);
     free(opt);
-    cl_kernel k = clCreateKernel(prog, families[f].kernel, &err);
-    if (!k) {
-        clReleaseProgram(prog);
-        return castle__cl_fail(err, "clCreateKernel");
-    }
-    castle_program_slot *s = &ctx->programs[ctx->num_programs++];
+    castle_program_slot *s = &ctx->programs[ctx->num_programs];
     s->family = f;
     s->tuning = ctx->tuning;
     s->program = prog;
-    s->kernel = k;
+    *index = ctx->num_programs++;
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle__get_kernel(castle_context *ctx, castle_family f, const char *name, cl_kernel *kernel)
+{
+    int prog = 0;
+    castle_status st = get_program(ctx, f, &prog);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    for (int i = 0; i < ctx->num_kernels; ++i)
+        if (ctx->kernels[i].program == prog && !strcmp(ctx->kernels[i].name, name)) {
+            *kernel = ctx->kernels[i].kernel;
+            return CASTLE_SUCCESS;
+        }
+    if (ctx->num_kernels == CASTLE_MAX_KERNELS)
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "more than %d kernels on one context", CASTLE_MAX_KERNELS);
+    cl_int err;
+    cl_kernel k = clCreateKernel(ctx->programs[prog].program, name, &err);
+    if (!k)
+        return castle__cl_fail(err, "clCreateKernel");
+    castle_kernel_slot *ks = &ctx->kernels[ctx->num_kernels++];
+    ks->program = prog;
+    ks->name = name;
+    ks->kernel = k;
     *kernel = k;
     return CASTLE_SUCCESS;
 }

@@ -67,7 +67,7 @@ castle_status castle__schedule_forward(castle_context *ctx, const castle_problem
                                        const cl_event *wait, cl_event *event)
 {
     cl_kernel kernel;
-    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_FORWARD, &kernel);
+    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_FORWARD, "castle_forward_block", &kernel);
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_int L = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H, W = (cl_int)p->W;
