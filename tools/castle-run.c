@@ -85,6 +85,12 @@ static int parse_args(int argc, char **argv, options *o)
             fputs(usage, stdout);
             exit(0);
         }
+        static const char *const known[] = {"--in", "--out", "--device", "--window", "--repeat", "--scale", "--shape", "--seed"};
+        bool is_known = false;
+        for (size_t q = 0; q < sizeof known / sizeof known[0]; ++q)
+            is_known = is_known || !strcmp(a, known[q]);
+        if (!is_known)
+            return usage_error("unknown option '%s'", a);
         if (i + 1 >= argc)
             return usage_error("option '%s' needs a value", a);
         const char *v = argv[++i];
@@ -116,8 +122,6 @@ static int parse_args(int argc, char **argv, options *o)
             o->seed = strtoull(v, &end, 10);
             if (end == v || *end || errno || v[0] == '-')
                 return usage_error("--seed needs a non-negative integer, got '%s'", v);
-        } else {
-            return usage_error("unknown option '%s'", a);
         }
     }
     if (random) {
@@ -318,6 +322,13 @@ done:
     return rc;
 }
 
+static unsigned long long mix64(unsigned long long z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 static int cmd_random(const options *opt)
 {
     size_t n = 1;
@@ -331,16 +342,11 @@ static int cmd_random(const options *opt)
     float *data = malloc(n * sizeof(float));
     if (!data)
         return lib_error(CASTLE_ERR_OUT_OF_HOST_MEMORY, "malloc");
-    unsigned long long s = opt->seed * 0x9e3779b97f4a7c15ull + 1;
+    unsigned long long s = mix64(opt->seed ^ 0x6a09e667f3bcc909ull); /* neighbouring seeds: unrelated streams */
     int rc = 0;
     for (int t = 0; t < 6 && !rc; ++t) {
-        for (size_t i = 0; i < n; ++i) { /* splitmix64 */
-            unsigned long long z = (s += 0x9e3779b97f4a7c15ull);
-            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-            z ^= z >> 31;
-            data[i] = (float)((double)(z >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-        }
+        for (size_t i = 0; i < n; ++i) /* splitmix64; 24 bits make an exact float in [-1, 1) */
+            data[i] = (float)(mix64(s += 0x9e3779b97f4a7c15ull) >> 40) * 0x1p-23f - 1.0f;
         rc = write_output(opt->out, in_names[t], data, 4, opt->shape);
     }
     free(data);
