@@ -37,6 +37,26 @@ inline float castle_sigmoid(float x)
 
 inline float castle_silu(float x) { return x * castle_sigmoid(x); }
 
+/* d SiLU / dx = sigmoid(x) (1 + x (1 - sigmoid(x))). */
+inline float castle_silu_grad(float x)
+{
+    const float g = castle_sigmoid(x);
+    return g * (1.0f + x * (1.0f - g));
+}
+
+/* (hi, lo) += x, keeping the bits fl(hi + x) drops (TwoSum, then renormalise).  D_j is kept this
+   way so that the backward pass can roll it back by subtraction without the cancellation error of
+   plain float sums (SPEC section 4). */
+inline void pair_add(float *hi, float *lo, float x)
+{
+    const float s = *hi + x;
+    const float bb = s - *hi;
+    const float err = (*hi - (s - bb)) + (x - bb);
+    const float l = *lo + err;
+    *hi = s + l;
+    *lo = l - (*hi - s);
+}
+
 /* Stages rows [row0, row0+BLK) x columns [c0, c0+DT) of a row-major matrix (row stride rs,
    base at p) into the local tile t (BLK x TS).  Rows >= nrows and columns >= d read as 0, so a
    ragged block never reads past its tensor. */

@@ -8,8 +8,9 @@
  *   D_j        += VU[T_i]^T G[T_j,T_i]^T
  * Within one launch every work-group writes only its row block i (O, lse, m, l, X) and its column
  * block j (D_j), so no two work-groups touch the same memory and no atomics are needed.
- * Workspace (floats): D (BH x Lpad x d, row s of D_j^T at s), X (BH x N x BLK x BLK, the scaled
- * masked X[T_i,T_i] written at k = 0), ML (BH x Lpad x 2: running max m and sum l per row).
+ * Workspace (floats): D hi and lo parts (BH x Lpad x d each, row s of D_j^T at s; the pair is
+ * accumulated with pair_add), X (BH x N x BLK x BLK, the scaled masked X[T_i,T_i] written at k = 0),
+ * ML (BH x Lpad x 2: running max m and sum l per row).
  * Row block i is finished at k = i by work-group j = 0, which writes O = acc / l and lse = m + log l. */
 
 #if (NT % BLK) != 0 || ((BLK * BLK) % NT) != 0 || ((BLK * DT) % NT) != 0 || NT < BLK
@@ -31,7 +32,7 @@ void castle_forward_block(const int k, const int L, const int d, const int H, co
                           __global const float *vc, const ulong4 svc,
                           __global float *o, const ulong4 so,
                           __global float *lse, const ulong4 slse,
-                          __global float *ws, const ulong ws_x, const ulong ws_ml)
+                          __global float *ws, const ulong ws_dlo, const ulong ws_x, const ulong ws_ml)
 {
     __local float lm[LM_SIZE];
     const int lid = get_local_id(0);
@@ -54,6 +55,7 @@ void castle_forward_block(const int k, const int L, const int d, const int H, co
     __global const float *pkc = kc + tensor_offset(skc, b, h, 0);
     __global const float *pvc = vc + tensor_offset(svc, b, h, 0);
     __global float *D = ws + (ulong)bh * Lpad * d;
+    __global float *Dlo = ws + ws_dlo + (ulong)bh * Lpad * d;
     __global float *X = ws + ws_x + ((ulong)bh * N + i) * (BLK * BLK);
     __global float *ML = ws + ws_ml + (ulong)bh * Lpad * 2;
 
@@ -201,8 +203,15 @@ void castle_forward_block(const int k, const int L, const int d, const int H, co
                 float dv = 0.0f;
                 for (int jj = 0; jj < BLK; ++jj)
                     dv += sG[rr * BP + jj] * tW[jj * TS + c];
-                __global float *pd = D + (ulong)(s0 + rr) * d + gc;
-                *pd = (k > 0) ? *pd + dv : dv;
+                const ulong off = (ulong)(s0 + rr) * d + gc;
+                float hi = dv, lo = 0.0f;
+                if (k > 0) {
+                    hi = D[off];
+                    lo = Dlo[off];
+                    pair_add(&hi, &lo, dv);
+                }
+                D[off] = hi;
+                Dlo[off] = lo;
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);

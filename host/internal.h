@@ -96,27 +96,84 @@ bool castle__bincache_load(const char *const *key_parts, int nparts, unsigned ch
 void castle__bincache_store(const char *const *key_parts, int nparts, const unsigned char *bin, size_t len);
 
 /* ---- validated problem (lib/validate.c) ---- */
+/* Workspace regions, each for all batch entries x heads: D_j hi and lo parts as the forward leaves
+   them (Lpad x d), the backward's working copy of D (hi, lo) and dD (Lpad x d), the scaled masked
+   X[T_i, T_i] blocks (N x BLK x BLK) and the softmax state m, l (Lpad x 2). */
+typedef enum castle_ws_region {
+    CASTLE_WS_D_HI = 0,
+    CASTLE_WS_D_LO,
+    CASTLE_WS_W_HI,
+    CASTLE_WS_W_LO,
+    CASTLE_WS_DD,
+    CASTLE_WS_X,
+    CASTLE_WS_ML,
+    CASTLE_WS_COUNT
+} castle_ws_region;
+
 typedef struct castle_problem {
     size_t B, H, L, d;
     long W;
     float scale;
     size_t N, Lpad;                        /* blocks, padded length */
     cl_ulong4 strides[CASTLE_TENSOR_COUNT]; /* batch, head, row, 0 */
-    size_t ws_floats, ws_x, ws_ml;          /* workspace size and region offsets, floats */
+    size_t ws_floats;                       /* workspace size, floats */
+    size_t ws_off[8];                       /* region offsets, floats, indexed by castle_ws_region */
 } castle_problem;
 
+extern const char *const castle__tensor_names[CASTLE_TENSOR_COUNT];
 /* Checks the descriptor (shape, window, scale, strides, sizes) under the context's tuning and
    fills p.  The one place a descriptor is validated. */
 castle_status castle__check_desc(const castle_context *ctx, const castle_attention_desc *desc, castle_problem *p);
 /* Checks that buf is a cl_mem of ctx holding `floats` floats (else too_small). */
 castle_status castle__check_buffer(const castle_context *ctx, cl_mem buf, size_t floats, const char *name,
                                    castle_status too_small);
+/* Checks every tensor t with bit t of `used` set (non-NULL, this context's, large enough for its
+   layout) and the workspace, and that no output shares a buffer with another tensor or the workspace. */
+castle_status castle__check_buffers(const castle_context *ctx, const castle_problem *p,
+                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used, cl_mem workspace);
 /* Checks queue (non-NULL, same context and device) and the wait list. */
 castle_status castle__check_queue(const castle_context *ctx, cl_command_queue queue, cl_uint n, const cl_event *list);
 
 /* ---- schedules (host/schedule.c) ---- */
-castle_status castle__schedule_forward(castle_context *ctx, const castle_problem *p, const cl_mem in[6], cl_mem o,
-                                       cl_mem lse, cl_mem ws, cl_command_queue queue, cl_uint nwait,
-                                       const cl_event *wait, cl_event *event);
+/* bufs is indexed by castle_tensor. */
+castle_status castle__schedule_forward(castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
+                                       cl_mem ws, cl_command_queue queue, cl_uint nwait, const cl_event *wait,
+                                       cl_event *event);
+castle_status castle__schedule_backward(castle_context *ctx, const castle_problem *p,
+                                        const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_mem ws, cl_command_queue queue,
+                                        cl_uint nwait, const cl_event *wait, cl_event *event);
+
+
+/* ---- UQ-KV cache (host/cache.c, lib/cache.c, cl/cache.cl; SPEC section 5) ---- */
+struct castle_cache {
+    castle_context *ctx;
+    size_t B, H, d, cap;  /* cap: tokens per sequence */
+    long window;          /* as created: descriptors must repeat it */
+    int W, R;             /* window in force (0 when none reaches past the capacity); QU ring rows */
+    float scale;          /* resolved (never 0) */
+    cl_mem u, qu, kc, vc; /* packed (B, H, rows, d): rows = cap, for qu R */
+    cl_mem lens;          /* B ints on the device: each sequence's length after its prefill */
+    cl_mem part;          /* decode scratch: B*H x nchunks x (d + 2) floats */
+    size_t nchunks;       /* most work-groups a decode splits one sequence into */
+    size_t *prompt;       /* B: host copy of lens */
+    size_t decoded;       /* tokens castle_decode appended since the prefill (every sequence alike) */
+    bool lens_valid;      /* false after a reset: the next decode zeroes lens first */
+    size_t bytes;         /* device bytes of all the buffers above */
+};
+castle_status castle__cache_alloc(castle_context *ctx, const castle_problem *p, long window, castle_cache **out);
+void castle__cache_free(castle_cache *c);
+void castle__cache_reset(castle_cache *c);
+/* Checks that a prefill or decode descriptor (validated into p) matches the cache's batch, heads,
+   head_dim, window and scale (else CASTLE_ERR_SHAPE_MISMATCH). */
+castle_status castle__check_cache_desc(const castle_cache *c, const castle_attention_desc *desc,
+                                       const castle_problem *p);
+/* bufs is indexed by castle_tensor (QU .. VC, O, LSE; lse may be NULL).  lengths: B prompt lengths. */
+castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, const castle_problem *p,
+                                       const size_t *lengths, const cl_mem bufs[CASTLE_TENSOR_COUNT],
+                                       cl_command_queue queue, cl_uint nwait, const cl_event *wait, cl_event *event);
+castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, const castle_problem *p,
+                                      const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
+                                      const cl_event *wait, cl_event *event);
+/* ---- end of the UQ-KV cache section ---- */
 
 #endif

@@ -62,17 +62,13 @@ static castle_status run_wavefront(cl_kernel kernel, const castle_problem *p, un
     return CASTLE_SUCCESS;
 }
 
-castle_status castle__schedule_forward(castle_context *ctx, const castle_problem *p, const cl_mem in[6], cl_mem o,
-                                       cl_mem lse, cl_mem ws, cl_command_queue queue, cl_uint nwait,
-                                       const cl_event *wait, cl_event *event)
+/* Sets the arguments shared by the forward and backward kernels: k (set per launch), L, d, H, W,
+   scale, then buffer + strides for each tensor in `tensors`, then the workspace. */
+static castle_status set_common_args(cl_kernel kernel, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
+                                     const castle_tensor *tensors, int ntensors, cl_mem ws, cl_uint *next)
 {
-    cl_kernel kernel;
-    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_FORWARD, "castle_forward_block", &kernel);
-    if (st != CASTLE_SUCCESS)
-        return st;
     const cl_int L = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H, W = (cl_int)p->W;
     const cl_float sc = p->scale;
-    const cl_ulong ws_x = p->ws_x, ws_ml = p->ws_ml;
     cl_uint a = 1;
     cl_int err = CL_SUCCESS;
 #define ARG(v) err |= clSetKernelArg(kernel, a++, sizeof(v), &(v))
@@ -81,19 +77,63 @@ castle_status castle__schedule_forward(castle_context *ctx, const castle_problem
     ARG(H);
     ARG(W);
     ARG(sc);
-    for (int t = 0; t < 6; ++t) {
-        ARG(in[t]);
-        ARG(p->strides[t]);
+    for (int i = 0; i < ntensors; ++i) {
+        ARG(bufs[tensors[i]]);
+        ARG(p->strides[tensors[i]]);
     }
-    ARG(o);
-    ARG(p->strides[CASTLE_TENSOR_O]);
-    ARG(lse);
-    ARG(p->strides[CASTLE_TENSOR_LSE]);
     ARG(ws);
-    ARG(ws_x);
-    ARG(ws_ml);
 #undef ARG
-    if (err != CL_SUCCESS)
-        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for the forward kernel");
+    *next = a;
+    return err == CL_SUCCESS ? CASTLE_SUCCESS
+                             : castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed (OpenCL %d)", (int)err);
+}
+
+/* Sets the workspace region offsets regions[0..n) as ulong arguments from *next on. */
+static castle_status set_region_args(cl_kernel kernel, const castle_problem *p, const castle_ws_region *regions, int n,
+                                     cl_uint next)
+{
+    for (int i = 0; i < n; ++i) {
+        const cl_ulong off = p->ws_off[regions[i]];
+        cl_int err = clSetKernelArg(kernel, next + (cl_uint)i, sizeof off, &off);
+        if (err != CL_SUCCESS)
+            return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed (OpenCL %d)", (int)err);
+    }
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle__schedule_forward(castle_context *ctx, const castle_problem *p,
+                                       const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_mem ws, cl_command_queue queue,
+                                       cl_uint nwait, const cl_event *wait, cl_event *event)
+{
+    static const castle_tensor tensors[] = {CASTLE_TENSOR_QU, CASTLE_TENSOR_KU, CASTLE_TENSOR_VU, CASTLE_TENSOR_QC,
+                                            CASTLE_TENSOR_KC, CASTLE_TENSOR_VC, CASTLE_TENSOR_O,  CASTLE_TENSOR_LSE};
+    static const castle_ws_region regions[] = {CASTLE_WS_D_LO, CASTLE_WS_X, CASTLE_WS_ML};
+    cl_kernel kernel;
+    cl_uint next;
+    castle_status st;
+    if ((st = castle__get_kernel(ctx, CASTLE_FAMILY_FORWARD, "castle_forward_block", &kernel)) ||
+        (st = set_common_args(kernel, p, bufs, tensors, 8, ws, &next)) ||
+        (st = set_region_args(kernel, p, regions, 3, next)))
+        return st;
     return run_wavefront(kernel, p, ctx->tuning.threads, 0, 1, queue, nwait, wait, event);
+}
+
+castle_status castle__schedule_backward(castle_context *ctx, const castle_problem *p,
+                                        const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_mem ws, cl_command_queue queue,
+                                        cl_uint nwait, const cl_event *wait, cl_event *event)
+{
+    static const castle_tensor tensors[] = {
+        CASTLE_TENSOR_QU, CASTLE_TENSOR_KU,  CASTLE_TENSOR_VU,  CASTLE_TENSOR_QC,  CASTLE_TENSOR_KC,
+        CASTLE_TENSOR_VC, CASTLE_TENSOR_O,   CASTLE_TENSOR_LSE, CASTLE_TENSOR_DO,  CASTLE_TENSOR_DQU,
+        CASTLE_TENSOR_DKU, CASTLE_TENSOR_DVU, CASTLE_TENSOR_DQC, CASTLE_TENSOR_DKC, CASTLE_TENSOR_DVC};
+    static const castle_ws_region regions[] = {CASTLE_WS_D_LO, CASTLE_WS_W_HI, CASTLE_WS_W_LO, CASTLE_WS_DD,
+                                               CASTLE_WS_X};
+    cl_kernel kernel;
+    cl_uint next;
+    castle_status st;
+    if ((st = castle__get_kernel(ctx, CASTLE_FAMILY_BACKWARD, "castle_backward_block", &kernel)) ||
+        (st = set_common_args(kernel, p, bufs, tensors, 15, ws, &next)) ||
+        (st = set_region_args(kernel, p, regions, 5, next)))
+        return st;
+    return run_wavefront(kernel, p, ctx->tuning.threads, (int)p->N - 1, -1, queue, nwait, wait, event);
 }

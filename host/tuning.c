@@ -24,11 +24,13 @@ static const tuning_entry table[] = {
 
 size_t castle__tuning_local_bytes(const castle_tuning *t)
 {
-    /* Mirrors LM_SIZE in cl/forward.cl. */
-    size_t ts = t->dchunk + 1, bp = t->block + 1;
-    size_t p1 = 6 * t->block * ts;
-    size_t p2 = 3 * t->block * bp + 2 * t->block + 2 * t->block * ts;
-    return 4 * (p1 > p2 ? p1 : p2);
+    /* The largest of LM_SIZE in cl/forward.cl and LM_BW in cl/backward.cl. */
+    const size_t ts = t->dchunk + 1, bp = t->block + 1, b = t->block;
+    const size_t p1 = 6 * b * ts;
+    const size_t p2 = 3 * b * bp + 2 * b + 2 * b * ts;
+    const size_t bw = 6 * b * bp + 6 * b * ts + 2 * b;
+    size_t m = p1 > p2 ? p1 : p2;
+    return 4 * (m > bw ? m : bw);
 }
 
 castle_status castle__tuning_check(const castle_tuning *t, const castle_device_info *info)

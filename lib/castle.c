@@ -53,6 +53,10 @@ castle_status castle_forward_workspace_size(const castle_context *ctx, const cas
     return CASTLE_SUCCESS;
 }
 
+#define BIT(t) (1u << (t))
+#define FORWARD_TENSORS (BIT(CASTLE_TENSOR_LSE + 1) - 1u) /* QU .. VC, O, LSE */
+#define BACKWARD_TENSORS (BIT(CASTLE_TENSOR_COUNT) - 1u)
+
 castle_status castle_forward(castle_context *ctx, const castle_attention_desc *desc, cl_mem qu, cl_mem ku, cl_mem vu,
                              cl_mem qc, cl_mem kc, cl_mem vc, cl_mem o, cl_mem lse, cl_mem workspace,
                              cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_events,
@@ -64,22 +68,26 @@ castle_status castle_forward(castle_context *ctx, const castle_attention_desc *d
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {qu, ku, vu, qc, kc, vc, o, lse};
-    static const char *const names[CASTLE_TENSOR_COUNT] = {"qu", "ku", "vu", "qc", "kc", "vc", "o", "lse"};
-    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
-        if ((st = castle__check_buffer(ctx, bufs[t], p.strides[t].s[3], names[t], CASTLE_ERR_BUFFER_TOO_SMALL)))
-            return st;
-    if ((st = castle__check_buffer(ctx, workspace, p.ws_floats, "workspace", CASTLE_ERR_WORKSPACE_TOO_SMALL)))
+    if ((st = castle__check_buffers(ctx, &p, bufs, FORWARD_TENSORS, workspace)) ||
+        (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
         return st;
-    const cl_mem outs[3] = {o, lse, workspace};
-    static const char *const out_names[3] = {"o", "lse", "workspace"};
-    for (int a = 0; a < 3; ++a)
-        for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
-            if (bufs[t] == outs[a] && !(t == CASTLE_TENSOR_O && a == 0) && !(t == CASTLE_TENSOR_LSE && a == 1))
-                return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "output %s is the same buffer as %s", out_names[a],
-                                    names[t]);
-    if (workspace == o || workspace == lse)
-        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "workspace is the same buffer as an output");
-    if ((st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
+    return castle__schedule_forward(ctx, &p, bufs, workspace, queue, num_wait_events, wait_events, event);
+}
+
+castle_status castle_backward(castle_context *ctx, const castle_attention_desc *desc, cl_mem qu, cl_mem ku, cl_mem vu,
+                              cl_mem qc, cl_mem kc, cl_mem vc, cl_mem o, cl_mem lse, cl_mem workspace, cl_mem d_o,
+                              cl_mem d_qu, cl_mem d_ku, cl_mem d_vu, cl_mem d_qc, cl_mem d_kc, cl_mem d_vc,
+                              cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_events,
+                              cl_event *event)
+{
+    castle__clear_error();
+    castle_problem p;
+    castle_status st = castle__check_desc(ctx, desc, &p);
+    if (st != CASTLE_SUCCESS)
         return st;
-    return castle__schedule_forward(ctx, &p, bufs, o, lse, workspace, queue, num_wait_events, wait_events, event);
+    const cl_mem bufs[CASTLE_TENSOR_COUNT] = {qu, ku, vu, qc, kc, vc, o, lse, d_o, d_qu, d_ku, d_vu, d_qc, d_kc, d_vc};
+    if ((st = castle__check_buffers(ctx, &p, bufs, BACKWARD_TENSORS, workspace)) ||
+        (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
+        return st;
+    return castle__schedule_backward(ctx, &p, bufs, workspace, queue, num_wait_events, wait_events, event);
 }

@@ -6,7 +6,11 @@
 #include <stdint.h>
 #include <string.h>
 
-static const char *const tensor_names[CASTLE_TENSOR_COUNT] = {"qu", "ku", "vu", "qc", "kc", "vc", "o", "lse"};
+const char *const castle__tensor_names[CASTLE_TENSOR_COUNT] = {
+    "qu", "ku", "vu", "qc", "kc", "vc", "o", "lse", "d_o", "d_qu", "d_ku", "d_vu", "d_qc", "d_kc", "d_vc"};
+#define tensor_names castle__tensor_names
+
+static bool is_output(int t) { return t == CASTLE_TENSOR_O || t == CASTLE_TENSOR_LSE || t >= CASTLE_TENSOR_DQU; }
 
 static bool mul_ok(size_t a, size_t b, size_t *r)
 {
@@ -110,7 +114,7 @@ castle_status castle__check_desc(const castle_context *ctx, const castle_attenti
         size_t span;
         if (!layout_span(&l, p->B, p->H, p->L, width, &span) || span > SIZE_MAX / sizeof(float))
             return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "the extent of %s overflows", tensor_names[t]);
-        if ((t == CASTLE_TENSOR_O || is_lse) && !layout_disjoint(&l, p->B, p->H, p->L, width))
+        if (is_output(t) && !layout_disjoint(&l, p->B, p->H, p->L, width))
             return castle__fail(CASTLE_ERR_BAD_STRIDE,
                                 "output %s strides (batch %zu, head %zu, row %zu) make rows overlap",
                                 tensor_names[t], l.batch_stride, l.head_stride, l.row_stride);
@@ -120,14 +124,20 @@ castle_status castle__check_desc(const castle_context *ctx, const castle_attenti
         p->strides[t].s[3] = span; /* elements the buffer must hold */
     }
 
-    /* Workspace: D (Lpad x d), X (N x blk x blk), m and l (Lpad x 2) per batch entry and head. */
-    size_t dsz, xsz, mlsz, per, total;
-    if (!mul_ok(p->Lpad, p->d, &dsz) || !mul_ok(p->N, blk * blk, &xsz) || !mul_ok(p->Lpad, 2, &mlsz) ||
-        !add_ok(dsz, xsz, &per) || !add_ok(per, mlsz, &per) || !mul_ok(per, bh, &total) ||
-        total > SIZE_MAX / sizeof(float))
+    /* Workspace regions (castle_ws_region), each for all batch entries x heads. */
+    size_t dsz, xsz, mlsz;
+    if (!mul_ok(p->Lpad, p->d, &dsz) || !mul_ok(dsz, bh, &dsz) || !mul_ok(p->N, blk * blk, &xsz) ||
+        !mul_ok(xsz, bh, &xsz) || !mul_ok(p->Lpad, 2, &mlsz) || !mul_ok(mlsz, bh, &mlsz))
         return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "the workspace size overflows");
-    p->ws_x = dsz * bh;
-    p->ws_ml = (dsz + xsz) * bh;
+    const size_t region[CASTLE_WS_COUNT] = {dsz, dsz, dsz, dsz, dsz, xsz, mlsz};
+    size_t total = 0;
+    for (int r = 0; r < CASTLE_WS_COUNT; ++r) {
+        p->ws_off[r] = total;
+        if (!add_ok(total, region[r], &total))
+            return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "the workspace size overflows");
+    }
+    if (total > SIZE_MAX / sizeof(float))
+        return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "the workspace size overflows");
     p->ws_floats = total;
     return CASTLE_SUCCESS;
 }
@@ -171,5 +181,44 @@ castle_status castle__check_queue(const castle_context *ctx, cl_command_queue qu
     for (cl_uint i = 0; i < n; ++i)
         if (!list[i])
             return castle__fail(CASTLE_ERR_WAIT_LIST, "wait_events[%u] is NULL", i);
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle__check_buffers(const castle_context *ctx, const castle_problem *p,
+                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used, cl_mem workspace)
+{
+    castle_status st;
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
+        if ((used >> t & 1u) &&
+            (st = castle__check_buffer(ctx, bufs[t], p->strides[t].s[3], tensor_names[t], CASTLE_ERR_BUFFER_TOO_SMALL)))
+            return st;
+    if ((st = castle__check_buffer(ctx, workspace, p->ws_floats, "workspace", CASTLE_ERR_WORKSPACE_TOO_SMALL)))
+        return st;
+    /* Inputs may share a buffer; an output may share with nothing. */
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t) {
+        if (!(used >> t & 1u))
+            continue;
+        if (bufs[t] == workspace)
+            return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "workspace is the same buffer as %s", tensor_names[t]);
+        if (!is_output(t))
+            continue;
+        for (int u = 0; u < CASTLE_TENSOR_COUNT; ++u)
+            if (u != t && (used >> u & 1u) && bufs[u] == bufs[t])
+                return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "output %s is the same buffer as %s",
+                                    tensor_names[t], tensor_names[u]);
+    }
+    return CASTLE_SUCCESS;
+}
+
+/* ---- UQ-KV cache (SPEC section 5) ---- */
+castle_status castle__check_cache_desc(const castle_cache *c, const castle_attention_desc *desc,
+                                       const castle_problem *p)
+{
+    if (p->B != c->B || p->H != c->H || p->d != c->d || desc->window != c->window || p->scale != c->scale)
+        return castle__fail(CASTLE_ERR_SHAPE_MISMATCH,
+                            "descriptor batch=%zu heads=%zu head_dim=%zu window=%ld scale=%g does not match the "
+                            "cache's batch=%zu heads=%zu head_dim=%zu window=%ld scale=%g",
+                            p->B, p->H, p->d, desc->window, (double)p->scale, c->B, c->H, c->d, c->window,
+                            (double)c->scale);
     return CASTLE_SUCCESS;
 }

@@ -1,6 +1,7 @@
 #include "harness.h"
 
 #include "ref.h"
+#include "ref_grad.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -151,11 +152,16 @@ void h_fwd_out_free(h_fwd_out *out)
     free(out->o);
     free(out->lse);
     out->o = out->lse = NULL;
+    for (int g = 0; g < 6; ++g) {
+        free(out->grad[g]);
+        out->grad[g] = NULL;
+    }
 }
 
-static double max_err(const float *got, const double *ref, size_t n, bool *finite)
+/* max |got - ref| / max(floor, max |ref|); INFINITY when got has a non-finite entry. */
+static double max_err(const float *got, const double *ref, size_t n, double floor, bool *finite)
 {
-    double e = 0, m = 1;
+    double e = 0, m = floor;
     for (size_t i = 0; i < n; ++i) {
         if (!isfinite(got[i]))
             *finite = false;
@@ -165,8 +171,8 @@ static double max_err(const float *got, const double *ref, size_t n, bool *finit
     return *finite ? e / m : INFINITY;
 }
 
-castle_status h_run_forward(castle_context *ctx, cl_command_queue q, const h_fwd_case *c, bool with_ref, bool keep,
-                            h_fwd_out *out)
+static castle_status run_case(castle_context *ctx, cl_command_queue q, const h_fwd_case *c, bool backward,
+                              bool with_ref, h_grad_ref gref, bool keep, h_fwd_out *out)
 {
     memset(out, 0, sizeof *out);
     castle_attention_desc desc;
@@ -176,21 +182,25 @@ castle_status h_run_forward(castle_context *ctx, cl_command_queue q, const h_fwd
     h_apply_layout(&desc, c->layout);
     const size_t B = c->B, H = c->H, L = c->L, d = c->d, n = B * H * L * d;
     const double sc = c->scale > 0 ? c->scale : 1.0 / sqrt((double)d);
+    const int Wref = (int)(c->W > (long)L ? 0 : c->W);
     cl_context clc = castle_context_cl_context(ctx);
     cl_device_id dev = castle_context_device(ctx);
 
+    /* The tensors this run uses, then the workspace. Inputs: QU..VC (logical 0..5) and DO (6). */
+    const int NT_ = backward ? CASTLE_TENSOR_COUNT : CASTLE_TENSOR_LSE + 1;
+    enum { WS = CASTLE_TENSOR_COUNT };
     castle_status st = CASTLE_SUCCESS;
     h_guarded g[CASTLE_TENSOR_COUNT + 1];
     memset(g, 0, sizeof g);
     float *host[CASTLE_TENSOR_COUNT] = {0};
     bool *used[CASTLE_TENSOR_COUNT] = {0};
-    double *logical = malloc(6 * n * sizeof(double));
+    double *logical = malloc(7 * n * sizeof(double));
     size_t ws_bytes = 0;
     if (!logical) {
         st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
         goto done;
     }
-    for (int t = 0; t < 6; ++t)
+    for (int t = 0; t < 7; ++t)
         for (size_t b = 0; b < B; ++b)
             for (size_t h = 0; h < H; ++h)
                 for (size_t r = 0; r < L; ++r)
@@ -198,9 +208,10 @@ castle_status h_run_forward(castle_context *ctx, cl_command_queue q, const h_fwd
                         logical[(size_t)t * n + ((b * H + h) * L + r) * d + e] =
                             (double)(float)(c->mag * h_value(c->seed, (unsigned)t, b, h, r, e));
 
-    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t) {
+    for (int t = 0; t < NT_; ++t) {
         const size_t width = t == CASTLE_TENSOR_LSE ? 1 : d;
         const size_t span = span_of(&desc.layout[t], width, B, H, L);
+        const int src = t < 6 ? t : (t == CASTLE_TENSOR_DO ? 6 : -1); /* logical input, if any */
         host[t] = malloc(span * sizeof(float));
         used[t] = calloc(span, sizeof(bool));
         if (!host[t] || !used[t] || !h_guarded_create(clc, dev, &g[t], span)) {
@@ -215,38 +226,47 @@ castle_status h_run_forward(castle_context *ctx, cl_command_queue q, const h_fwd
                     size_t off = offset_of(&desc.layout[t], width, H, L, b, h, r);
                     for (size_t e = 0; e < width; ++e) {
                         used[t][off + e] = true;
-                        if (t < 6)
-                            host[t][off + e] = (float)logical[(size_t)t * n + ((b * H + h) * L + r) * d + e];
+                        if (src >= 0)
+                            host[t][off + e] = (float)logical[(size_t)src * n + ((b * H + h) * L + r) * d + e];
                     }
                 }
-        if (!h_guarded_write(q, &g[t], t < 6 ? host[t] : NULL)) {
+        if (!h_guarded_write(q, &g[t], src >= 0 ? host[t] : NULL)) {
             st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
             goto done;
         }
     }
     if ((st = castle_forward_workspace_size(ctx, &desc, &ws_bytes)))
         goto done;
-    if (!h_guarded_create(clc, dev, &g[CASTLE_TENSOR_COUNT], ws_bytes / sizeof(float)) ||
-        !h_guarded_write(q, &g[CASTLE_TENSOR_COUNT], NULL)) {
+    if (!h_guarded_create(clc, dev, &g[WS], ws_bytes / sizeof(float)) || !h_guarded_write(q, &g[WS], NULL)) {
         st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
         goto done;
     }
     cl_event ev = NULL;
     st = castle_forward(ctx, &desc, g[0].view, g[1].view, g[2].view, g[3].view, g[4].view, g[5].view, g[6].view,
-                        g[7].view, g[8].view, q, 0, NULL, &ev);
+                        g[7].view, g[WS].view, q, 0, NULL, &ev);
     if (st)
         goto done;
+    if (backward) {
+        cl_event ev2 = NULL;
+        st = castle_backward(ctx, &desc, g[0].view, g[1].view, g[2].view, g[3].view, g[4].view, g[5].view, g[6].view,
+                             g[7].view, g[WS].view, g[8].view, g[9].view, g[10].view, g[11].view, g[12].view,
+                             g[13].view, g[14].view, q, 1, &ev, &ev2);
+        clReleaseEvent(ev);
+        ev = ev2;
+        if (st)
+            goto done;
+    }
     clWaitForEvents(1, &ev);
     clReleaseEvent(ev);
 
-    out->guards_ok = h_guarded_read(q, &g[CASTLE_TENSOR_O], host[CASTLE_TENSOR_O], used[CASTLE_TENSOR_O]) &&
-                     h_guarded_read(q, &g[CASTLE_TENSOR_LSE], host[CASTLE_TENSOR_LSE], used[CASTLE_TENSOR_LSE]) &&
-                     h_guarded_read(q, &g[CASTLE_TENSOR_COUNT], NULL, NULL);
-    for (int t = 0; t < 6; ++t) /* inputs must be untouched too */
-        out->guards_ok = out->guards_ok && h_guarded_read(q, &g[t], NULL, used[t]);
+    out->guards_ok = h_guarded_read(q, &g[WS], NULL, NULL);
+    for (int t = 0; t < NT_; ++t) /* outputs: guards and gaps; inputs: entirely untouched */
+        out->guards_ok = h_guarded_read(q, &g[t], host[t], used[t]) && out->guards_ok;
     out->o = malloc(n * sizeof(float));
     out->lse = malloc(B * H * L * sizeof(float));
-    if (!out->o || !out->lse) {
+    for (int k = 0; k < 6 && backward; ++k)
+        out->grad[k] = malloc(n * sizeof(float));
+    if (!out->o || !out->lse || (backward && !out->grad[5])) {
         st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
         goto done;
     }
@@ -257,12 +277,20 @@ castle_status h_run_forward(castle_context *ctx, cl_command_queue q, const h_fwd
                 memcpy(out->o + bhr * d, host[CASTLE_TENSOR_O] + offset_of(&desc.layout[CASTLE_TENSOR_O], d, H, L, b, h, r),
                        d * sizeof(float));
                 out->lse[bhr] = host[CASTLE_TENSOR_LSE][offset_of(&desc.layout[CASTLE_TENSOR_LSE], 1, H, L, b, h, r)];
+                for (int k = 0; k < 6 && backward; ++k) {
+                    const int t = CASTLE_TENSOR_DQU + k;
+                    memcpy(out->grad[k] + bhr * d, host[t] + offset_of(&desc.layout[t], d, H, L, b, h, r),
+                           d * sizeof(float));
+                }
             }
     out->finite = true;
     for (size_t i = 0; i < n; ++i)
         out->finite = out->finite && isfinite(out->o[i]);
     for (size_t i = 0; i < B * H * L; ++i)
         out->finite = out->finite && isfinite(out->lse[i]);
+    for (int k = 0; k < 6 && backward; ++k)
+        for (size_t i = 0; i < n; ++i)
+            out->finite = out->finite && isfinite(out->grad[k][i]);
     if (with_ref) {
         double *ro = malloc(n * sizeof(double)), *rl = malloc(B * H * L * sizeof(double));
         if (!ro || !rl) {
@@ -275,14 +303,60 @@ castle_status h_run_forward(castle_context *ctx, cl_command_queue q, const h_fwd
             const double *in[6];
             for (int t = 0; t < 6; ++t)
                 in[t] = logical + (size_t)t * n + bh * L * d;
-            ref_forward_recurrent((int)L, (int)d, (int)(c->W > (long)L ? 0 : c->W), sc, in[0], in[1], in[2], in[3],
-                                  in[4], in[5], ro + bh * L * d, rl + bh * L);
+            ref_forward_recurrent((int)L, (int)d, Wref, sc, in[0], in[1], in[2], in[3], in[4], in[5], ro + bh * L * d,
+                                  rl + bh * L);
         }
         bool fin = true;
-        out->err_o = max_err(out->o, ro, n, &fin);
-        out->err_lse = max_err(out->lse, rl, B * H * L, &fin);
+        out->err_o = max_err(out->o, ro, n, 1.0, &fin);
+        out->err_lse = max_err(out->lse, rl, B * H * L, 1.0, &fin);
         free(ro);
         free(rl);
+    }
+    if (backward && gref != H_GRAD_NONE) {
+        double *rg = malloc(6 * n * sizeof(double)), *fg = NULL;
+        if (gref == H_GRAD_FAST_F32)
+            fg = malloc(6 * n * sizeof(double));
+        if (!rg || (gref == H_GRAD_FAST_F32 && !fg)) {
+            free(rg);
+            free(fg);
+            st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
+            goto done;
+        }
+        for (size_t bh = 0; bh < B * H; ++bh) {
+            const double *in[7];
+            double *gr[6], *gf[6];
+            for (int t = 0; t < 7; ++t)
+                in[t] = logical + (size_t)t * n + bh * L * d;
+            for (int k = 0; k < 6; ++k) {
+                gr[k] = rg + (size_t)k * n + bh * L * d;
+                gf[k] = fg ? fg + (size_t)k * n + bh * L * d : NULL;
+            }
+            if (gref == H_GRAD_EXACT)
+                ref_backward((int)L, (int)d, Wref, sc, in[0], in[1], in[2], in[3], in[4], in[5], in[6], gr[0], gr[1],
+                             gr[2], gr[3], gr[4], gr[5]);
+            else
+                ref_backward_fast((int)L, (int)d, Wref, sc, in[0], in[1], in[2], in[3], in[4], in[5], in[6], gr[0],
+                                  gr[1], gr[2], gr[3], gr[4], gr[5]);
+            if (fg)
+                ref_backward_fast_f32((int)L, (int)d, Wref, sc, in[0], in[1], in[2], in[3], in[4], in[5], in[6], gf[0],
+                                      gf[1], gf[2], gf[3], gf[4], gf[5]);
+        }
+        for (int k = 0; k < 6; ++k) {
+            bool fin = true;
+            if (fg) { /* the float32 evaluation's error, as floats */
+                float *tmp = malloc(n * sizeof(float));
+                if (!tmp)
+                    continue;
+                for (size_t i = 0; i < n; ++i)
+                    tmp[i] = (float)fg[(size_t)k * n + i];
+                out->err_grad[k] = max_err(tmp, rg + (size_t)k * n, n, 1e-3, &fin);
+                free(tmp);
+            } else {
+                out->err_grad[k] = max_err(out->grad[k], rg + (size_t)k * n, n, 1e-3, &fin);
+            }
+        }
+        free(rg);
+        free(fg);
     }
 done:
     if (!keep || st)
@@ -295,4 +369,16 @@ done:
     }
     free(logical);
     return st;
+}
+
+castle_status h_run_forward(castle_context *ctx, cl_command_queue q, const h_fwd_case *c, bool with_ref, bool keep,
+                            h_fwd_out *out)
+{
+    return run_case(ctx, q, c, false, with_ref, H_GRAD_NONE, keep, out);
+}
+
+castle_status h_run_backward(castle_context *ctx, cl_command_queue q, const h_fwd_case *c, h_grad_ref ref, bool keep,
+                             h_fwd_out *out)
+{
+    return run_case(ctx, q, c, true, ref != H_GRAD_NONE, ref, keep, out);
 }

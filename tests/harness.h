@@ -48,15 +48,32 @@ typedef struct h_fwd_case {
 
 typedef struct h_fwd_out {
     double err_o, err_lse; /* max |got - ref| / max(1, max |ref|) over the tensor */
+    /* backward only: per gradient dQU..dVC, max |got - ref| / max(1e-3, max |ref|) (gradients
+       are small: normalising by 1 would make the measure absolute) */
+    double err_grad[6];
     bool guards_ok;
     bool finite;
     float *o, *lse;        /* logical (B, H, L, d) / (B, H, L) device results, if keep was set */
+    float *grad[6];        /* logical (B, H, L, d) gradients, if keep was set (backward) */
 } h_fwd_out;
+
+/* Which fp64 reference the backward is compared with. */
+typedef enum h_grad_ref {
+    H_GRAD_NONE = 0,
+    H_GRAD_EXACT, /* ref_backward: the parallel form's gradients, O(L^3) */
+    H_GRAD_FAST,  /* ref_backward_fast: the same gradients in O(L^2 d) (long sequences) */
+    H_GRAD_FAST_F32 /* ref_backward_fast_f32 "as the reference": reports the float32 evaluation's own
+                       error against ref_backward_fast in err_grad (the device is still run) */
+} h_grad_ref;
 
 /* Runs castle_forward on ctx/queue and, if with_ref, compares with ref_forward_recurrent.
    Returns CASTLE_SUCCESS or the failing status.  With keep, out->o and out->lse are malloc'd. */
 castle_status h_run_forward(castle_context *ctx, cl_command_queue queue, const h_fwd_case *c, bool with_ref,
                             bool keep, h_fwd_out *out);
+/* castle_forward then castle_backward with dO = h_value(seed, 6, ...); gradients compared with
+   `ref` (forward outputs with the recurrent reference when ref != H_GRAD_NONE). */
+castle_status h_run_backward(castle_context *ctx, cl_command_queue queue, const h_fwd_case *c, h_grad_ref ref,
+                             bool keep, h_fwd_out *out);
 void h_fwd_out_free(h_fwd_out *out);
 
 #endif

@@ -73,7 +73,10 @@ typedef enum castle_status {
     CASTLE_ERR_DEVICE_UNSUPPORTED = -3019, /* the device lacks something the library needs */
     CASTLE_ERR_OUT_OF_HOST_MEMORY = -3020, /* malloc failed */
     CASTLE_ERR_BAD_TUNING = -3021,         /* a tuning entry is inconsistent or does not fit the device */
-    CASTLE_ERR_INVALID_ARGUMENT = -3022    /* any other invalid argument (message says which) */
+    CASTLE_ERR_INVALID_ARGUMENT = -3022,   /* any other invalid argument (message says which) */
+    CASTLE_ERR_CACHE_FULL = -3023,         /* a prefill or decode would pass the cache's capacity */
+    CASTLE_ERR_SHAPE_MISMATCH = -3024,     /* batch, heads, head_dim, window or scale differ from the cache's */
+    CASTLE_ERR_CACHE_NOT_EMPTY = -3025     /* castle_prefill on a cache that holds tokens (reset it first) */
 } castle_status;
 
 /* A static name for any status (library or OpenCL), e.g. "CASTLE_ERR_HEAD_DIM", "CL_OUT_OF_RESOURCES". */
@@ -129,7 +132,8 @@ CASTLE_API castle_status castle_context_set_tuning(castle_context *ctx, const ca
 #define CASTLE_MAX_HEAD_DIM 256
 
 /* Tensors a descriptor lays out.  QU..VC are the six projections, O the output, LSE the
-   log-sum-exp (its row_stride is the stride between positions, usually 1). */
+   log-sum-exp (its row_stride is the stride between positions, usually 1), DO the gradient of the
+   loss with respect to O, DQU..DVC the gradients the backward pass writes. */
 typedef enum castle_tensor {
     CASTLE_TENSOR_QU = 0,
     CASTLE_TENSOR_KU,
@@ -139,6 +143,13 @@ typedef enum castle_tensor {
     CASTLE_TENSOR_VC,
     CASTLE_TENSOR_O,
     CASTLE_TENSOR_LSE,
+    CASTLE_TENSOR_DO,
+    CASTLE_TENSOR_DQU,
+    CASTLE_TENSOR_DKU,
+    CASTLE_TENSOR_DVU,
+    CASTLE_TENSOR_DQC,
+    CASTLE_TENSOR_DKC,
+    CASTLE_TENSOR_DVC,
     CASTLE_TENSOR_COUNT
 } castle_tensor;
 
@@ -163,12 +174,14 @@ typedef struct castle_attention_desc {
 /* Fills struct_size, the shape, window 0, scale 0 and packed layouts. */
 CASTLE_API void castle_attention_desc_init(castle_attention_desc *desc, size_t batch, size_t heads,
                                            size_t seq_len, size_t head_dim);
-/* Sets every tensor's layout to (B, L, H, d) packed (LSE stays (B, H, L)). */
+/* Sets every (B, H, L, d) tensor's layout to (B, L, H, d) packed (LSE stays (B, H, L)). */
 CASTLE_API void castle_attention_desc_set_blhd(castle_attention_desc *desc);
 
 /* ---- Forward pass ------------------------------------------------------------------------- */
-/* Bytes of workspace castle_forward needs for this descriptor on this context (*bytes > 0).  The
-   forward writes there the state the backward pass reads (each D_j after its last update). */
+/* Bytes of workspace castle_forward and castle_backward need for this descriptor on this context
+   (*bytes > 0; O(B H L d)).  The forward writes there the state the backward pass reads (each D_j
+   after its last update, kept as a float pair so the backward can roll it back exactly); the
+   backward uses the rest as scratch and leaves the forward's state intact, so it may run again. */
 CASTLE_API castle_status castle_forward_workspace_size(const castle_context *ctx,
                                                        const castle_attention_desc *desc, size_t *bytes);
 
@@ -181,6 +194,85 @@ CASTLE_API castle_status castle_forward(castle_context *ctx, const castle_attent
                                         cl_mem o, cl_mem lse, cl_mem workspace,
                                         cl_command_queue queue, cl_uint num_wait_events,
                                         const cl_event *wait_events, cl_event *event);
+
+/* ---- Backward pass ------------------------------------------------------------------------ */
+/* Gradients of a loss with respect to the six projections, given dO = dLoss/dO: the blockwise
+   backward of SPEC section 4, one launch per anti-diagonal in reverse (k = N-1 .. 0).  Inputs: the
+   forward's six inputs, o and lse as the forward wrote them, the workspace the forward filled (same
+   descriptor, same context tuning) and d_o.  Outputs (overwritten, not accumulated): d_qu .. d_vc,
+   laid out by the descriptor's DQU .. DVC layouts; they must not overlap each other or any input.
+   No atomics: the result is bitwise identical from run to run on a device. */
+CASTLE_API castle_status castle_backward(castle_context *ctx, const castle_attention_desc *desc,
+                                         cl_mem qu, cl_mem ku, cl_mem vu, cl_mem qc, cl_mem kc, cl_mem vc,
+                                         cl_mem o, cl_mem lse, cl_mem workspace, cl_mem d_o,
+                                         cl_mem d_qu, cl_mem d_ku, cl_mem d_vu, cl_mem d_qc, cl_mem d_kc, cl_mem d_vc,
+                                         cl_command_queue queue, cl_uint num_wait_events,
+                                         const cl_event *wait_events, cl_event *event);
+
+/* ---- Inference: the UQ-KV cache (SPEC section 5) --------------------------------------------- */
+/* A cache for one layer of a serving loop: for each batch entry and head, the lookahead keys U, and
+   QU, KC, VC of every cached token, on the device, with a current length per sequence (sequences of
+   one batch may differ in length).  castle_prefill fills it from a prompt, castle_decode appends
+   tokens: together they give the outputs of one castle_forward over the whole sequence and leave the
+   cache one prefill of all its tokens would leave.  For CASTLE-SWL (window W) QU is a ring of W rows,
+   so the cache holds 3 cap d + W d floats per batch entry and head instead of 4 cap d.
+   Calls on one cache must run in the order they are made: use one in-order queue, or pass each
+   call's event in the next call's wait list.  After an OpenCL failure inside a prefill or decode the
+   cache's contents are unspecified: reset it. */
+typedef struct castle_cache castle_cache;
+
+/* desc gives batch, heads, head_dim, window and scale; its seq_len is the capacity (the most tokens
+   one sequence may hold); its layouts are not used.  The cache starts empty and uses ctx (which must
+   outlive it); its buffers live in ctx's OpenCL context. */
+CASTLE_API castle_status castle_cache_create(castle_context *ctx, const castle_attention_desc *desc,
+                                             castle_cache **out);
+/* Releases the cache's buffers.  Accepts NULL. */
+CASTLE_API void castle_cache_destroy(castle_cache *cache);
+/* Every sequence back to length 0 (host-side only: nothing is enqueued, nothing reallocated). */
+CASTLE_API castle_status castle_cache_reset(castle_cache *cache);
+/* Device memory the cache holds, bytes: U, QU, KC, VC, the lengths and the decode scratch. */
+CASTLE_API castle_status castle_cache_bytes(const castle_cache *cache, size_t *bytes);
+/* The current length of each sequence: lengths[0 .. batch). */
+CASTLE_API castle_status castle_cache_lengths(const castle_cache *cache, size_t *lengths);
+
+typedef enum castle_cache_tensor {
+    CASTLE_CACHE_U = 0, /* lookahead keys: row s = sum_{s < j < length, j <= s + W} G[s,j] vU_j */
+    CASTLE_CACHE_QU,    /* a ring: token s in row s % rows (rows = W for CASTLE-SWL, else the capacity) */
+    CASTLE_CACHE_KC,
+    CASTLE_CACHE_VC
+} castle_cache_tensor;
+/* The cache's own buffer of one tensor, float32 packed (batch, heads, rows, d): row s of sequence b
+   holds token s for s < its length; other rows are unspecified.  For reading (inspection, tests,
+   serialisation); the buffer stays the cache's (valid until castle_cache_destroy, not retained). */
+CASTLE_API castle_status castle_cache_buffer(const castle_cache *cache, castle_cache_tensor tensor,
+                                             cl_mem *buffer, size_t *rows);
+
+/* Prefill of an empty cache (else CASTLE_ERR_CACHE_NOT_EMPTY) with a prompt of desc->seq_len = P
+   tokens laid out by desc (batch, heads, head_dim, window and scale as the cache's, else
+   CASTLE_ERR_SHAPE_MISMATCH).  prompt_lengths: NULL means every sequence has P tokens; otherwise
+   sequence b has prompt_lengths[b] <= P tokens (rows beyond it are ignored; at most the capacity,
+   else CASTLE_ERR_CACHE_FULL).  Writes o (and lse, unless NULL) as castle_forward does for the first
+   prompt_lengths[b] rows of each sequence (later rows: unspecified values), and the cache: U by the
+   forward's D (SPEC section 3) or, for sequences shorter than P, by one flash-style gated pass.
+   Allocates the forward's workspace for the call. */
+CASTLE_API castle_status castle_prefill(castle_context *ctx, castle_cache *cache, const castle_attention_desc *desc,
+                                        const size_t *prompt_lengths,
+                                        cl_mem qu, cl_mem ku, cl_mem vu, cl_mem qc, cl_mem kc, cl_mem vc,
+                                        cl_mem o, cl_mem lse, cl_command_queue queue, cl_uint num_wait_events,
+                                        const cl_event *wait_events, cl_event *event);
+
+/* Appends n = desc->seq_len >= 1 tokens to every sequence (their six projections, rows 0..n-1 of
+   the inputs) and writes their outputs o (and lse, unless NULL) in rows 0..n-1.  Per token: the
+   rank-1 update U[s] += G[s,t] vU_t (rows s >= t - W only for CASTLE-SWL), the append of qU_t, kC_t,
+   vC_t, and the attention over the cache: O(t d) work in two launches, split over the cache rows
+   so that one sequence uses many work-groups; no host round trip, no allocation.  Would any sequence
+   pass the capacity, returns CASTLE_ERR_CACHE_FULL with nothing enqueued and the cache unchanged.
+   Works on an empty cache too (a prompt decoded token by token). */
+CASTLE_API castle_status castle_decode(castle_context *ctx, castle_cache *cache, const castle_attention_desc *desc,
+                                       cl_mem qu, cl_mem ku, cl_mem vu, cl_mem qc, cl_mem kc, cl_mem vc,
+                                       cl_mem o, cl_mem lse, cl_command_queue queue, cl_uint num_wait_events,
+                                       const cl_event *wait_events, cl_event *event);
+/* ---- end of the UQ-KV cache section ----------------------------------------------------------- */
 
 #ifdef __cplusplus
 }

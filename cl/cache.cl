@@ -1,0 +1,330 @@
+/* cache.cl: prefill and decode with the UQ-KV cache (SPEC section 5).
+ *
+ * The cache of one batch entry and head (bh = b * H + h) holds, row s for each cached token s:
+ *   U  (cap x d)  lookahead keys u_s = sum_{s < j < len, j <= s + W} G[s,j] vU_j
+ *   KC (cap x d), VC (cap x d)
+ *   QU (R x d)    a ring: token s in row s % R; R = W for CASTLE-SWL (rows older than t - W are never
+ *                 read again), R = cap for CASTLE
+ * all packed, base (bh * rows) * d.  lens[b] is the sequence's length after its prefill; a decode
+ * call's token i of sequence b sits at position t = lens[b] + pos0 (pos0 = tokens decoded since the
+ * prefill + i), so sequences of different lengths advance together without a host round trip.
+ *
+ * Prefill (after the forward pass wrote the prompt's outputs):
+ *   castle_cache_prefill_store  copies KC, VC and the QU ring rows, and U from the forward's D
+ *                               (D_j final = U of the prompt, SPEC section 3) when every sequence
+ *                               has the descriptor's length;
+ *   castle_cache_prefill_u      otherwise computes U by a flash-style pass: per row block T_s,
+ *                               U[T_s] = sum over key blocks T_j of sigmoid-gated VU[T_j] (no softmax).
+ * Decode of one token t (two launches):
+ *   castle_cache_decode_attend  work-group (chunk, bh) owns rows [chunk * S, chunk * S + S) of the
+ *                               cache: it applies the rank-1 update U[s] += G[s,t] vU_t (rows
+ *                               s >= t - W only), appends kC_t, vC_t and U[t] = 0, computes the
+ *                               scores a[t,s] and keeps an online softmax over its rows, and writes
+ *                               the partial (max m, sum l, acc[d]) of its chunk (split-K decoding);
+ *   castle_cache_decode_combine one work-group per bh merges the partials into o_t (and lse_t) and
+ *                               writes qU_t into its ring row (after every reader of the row it
+ *                               replaces, token t - W, has run).
+ * Every row of U, KC, VC is written by exactly one work-group per launch: no atomics. */
+
+#if (NT % BLK) != 0 || ((BLK * BLK) % NT) != 0 || ((BLK * DT) % NT) != 0 || NT < BLK
+#error "cache.cl: NT must be a multiple of BLK that divides BLK*BLK and BLK*DT"
+#endif
+
+#ifndef MAXD
+#define MAXD 256 /* CASTLE_MAX_HEAD_DIM */
+#endif
+/* Decode: a work-group is TEAMS teams of DLN lanes; a team handles one cache row at a time, lane l
+   columns l, l + DLN, ...  (adjacent lanes read adjacent floats). */
+#define DNT (NT > 256 ? 256 : NT) /* work-group size of the decode kernels: local memory stays < 25 KiB */
+#define DLN (DNT >= 16 ? DNT / 16 : 1)
+#define TEAMS (DNT / DLN)
+#define ACCN ((MAXD + DLN - 1) / DLN)
+
+/* ---- prefill --------------------------------------------------------------------------------- */
+
+/* Work-item (e, bh) copies element (s = e / d, c = e % d) of the prompt into the cache when
+   s < lens[b].  use_d: U[s] = D_hi[s] + D_lo[s] from the forward's workspace (rows Lpad apart). */
+__kernel void castle_cache_prefill_store(const int P, const int d, const int H, const int R, const int cap,
+                                         __global const int *lens,
+                                         __global const float *qu, const ulong4 squ,
+                                         __global const float *kc, const ulong4 skc,
+                                         __global const float *vc, const ulong4 svc,
+                                         __global const float *ws, const ulong ws_hi, const ulong ws_lo,
+                                         const int Lpad, const int use_d,
+                                         __global float *cu, __global float *cqu, __global float *ckc,
+                                         __global float *cvc)
+{
+    const ulong e = get_global_id(0);
+    const int bh = get_global_id(1);
+    if (e >= (ulong)P * d)
+        return;
+    const uint b = bh / H, h = bh % H;
+    const int s = (int)(e / d), c = (int)(e % d);
+    const int len = lens[b];
+    if (s >= len)
+        return;
+    const ulong row = ((ulong)bh * cap + s) * d + c;
+    ckc[row] = kc[tensor_offset(skc, b, h, s) + c];
+    cvc[row] = vc[tensor_offset(svc, b, h, s) + c];
+    if (s >= len - R)
+        cqu[((ulong)bh * R + s % R) * d + c] = qu[tensor_offset(squ, b, h, s) + c];
+    if (use_d) {
+        const ulong dr = ((ulong)bh * Lpad + s) * d + c;
+        cu[row] = ws[ws_hi + dr] + ws[ws_lo + dr];
+    }
+}
+
+#define PU_LM (3 * BLK * TS + BLK * BP)
+
+/* Work-group (row block sb, bh): U[T_s] = sum_j G[T_s, T_j] VU[T_j] over the key blocks T_j that
+   meet the gate of T_s (j from sb up to the window's end), gate rows s < j < lens[b], j <= s + W. */
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
+void castle_cache_prefill_u(const int d, const int H, const int W, const int cap, const float sc,
+                            __global const int *lens,
+                            __global const float *qu, const ulong4 squ,
+                            __global const float *ku, const ulong4 sku,
+                            __global const float *vu, const ulong4 svu,
+                            __global float *cu)
+{
+    __local float lm[PU_LM];
+    __local float *tQU = lm, *tKU = lm + BLK * TS, *tV = lm + 2 * BLK * TS, *sG = lm + 3 * BLK * TS;
+    const int lid = get_local_id(0);
+    const int sb = get_group_id(0), bh = get_group_id(1);
+    const uint b = bh / H, h = bh % H;
+    const int P = lens[b];
+    const int s0 = sb * BLK;
+    if (s0 >= P) /* uniform over the work-group */
+        return;
+    const int smax = min(s0 + BLK, P) - 1;
+    const int jlast = smax + (W == 0 ? P - 1 - smax : min(W, P - 1 - smax)); /* no int overflow */
+    __global const float *pqu = qu + tensor_offset(squ, b, h, 0);
+    __global const float *pku = ku + tensor_offset(sku, b, h, 0);
+    __global const float *pvu = vu + tensor_offset(svu, b, h, 0);
+    __global float *U = cu + (ulong)bh * cap * d;
+    const int col = lid % BLK, row0 = lid / BLK;
+
+    for (int jb = sb; jb * BLK <= jlast; ++jb) {
+        const int j0 = jb * BLK;
+        float gl[EPT];
+        for (int r = 0; r < EPT; ++r)
+            gl[r] = 0.0f;
+        for (int c0 = 0; c0 < d; c0 += DT) {
+            load_tile(tQU, pqu, squ.z, s0, P, c0, d);
+            load_tile(tKU, pku, sku.z, j0, P, c0, d);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int r = 0; r < EPT; ++r) {
+                const int rr = row0 + r * RSTEP;
+                for (int c = 0; c < DT; ++c)
+                    gl[r] += tQU[rr * TS + c] * tKU[col * TS + c];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        for (int r = 0; r < EPT; ++r) {
+            const int rr = row0 + r * RSTEP;
+            const int s = s0 + rr, j = j0 + col;
+            const bool allowed = s < P && j < P && s < j && (W == 0 || j - s <= W);
+            sG[rr * BP + col] = allowed ? castle_sigmoid(sc * gl[r]) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int c0 = 0; c0 < d; c0 += DT) {
+            load_tile(tV, pvu, svu.z, j0, P, c0, d);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int e = 0; e < EPC; ++e) {
+                const int idx = get_local_id(0) + e * NT;
+                const int rr = idx / DT, c = idx % DT, gc = c0 + c, s = s0 + rr;
+                if (s < P && gc < d) {
+                    float acc = 0.0f;
+                    for (int jj = 0; jj < BLK; ++jj)
+                        acc += sG[rr * BP + jj] * tV[jj * TS + c];
+                    __global float *pu = U + (ulong)s * d + gc;
+                    *pu = (jb == sb) ? acc : *pu + acc;
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+    }
+}
+
+/* ---- decode ---------------------------------------------------------------------------------- */
+
+/* Work-group (chunk, bh) for the token in input row `row` at position t = lens[b] + pos0: rows
+   s in [chunk * S, min(chunk * S + S, t + 1)) of the cache.  part: (BH x nchunks x (d + 2)) floats,
+   the chunk's acc[0..d) then m, l. */
+__kernel __attribute__((reqd_work_group_size(DNT, 1, 1)))
+void castle_cache_decode_attend(const int pos0, const int row, const int S, const int nchunks, const int d,
+                                const int H, const int W, const int R, const int cap, const float sc,
+                                __global const int *lens,
+                                __global const float *ku, const ulong4 sku,
+                                __global const float *vu, const ulong4 svu,
+                                __global const float *qc, const ulong4 sqc,
+                                __global const float *kc, const ulong4 skc,
+                                __global const float *vc, const ulong4 svc,
+                                __global float *cu, __global const float *cqu, __global float *ckc,
+                                __global float *cvc, __global float *part)
+{
+    __local float lq[MAXD], lk[MAXD], lv[MAXD]; /* qC_t, kU_t, vU_t */
+    __local float rg[DNT], rx[2 * DNT], rk[2 * DNT];
+    __local float tm[TEAMS], tl[TEAMS], tacc[TEAMS * MAXD];
+    const int lid = get_local_id(0), lane = lid % DLN, team = lid / DLN;
+    const int chunk = get_group_id(0), bh = get_group_id(1);
+    const uint b = bh / H, h = bh % H;
+    const int t = lens[b] + pos0;
+    const int s0 = chunk * S;
+    if (s0 > t) /* uniform over the work-group */
+        return;
+    const int s1 = min(s0 + S, t + 1);
+    __global const float *in_kc = kc + tensor_offset(skc, b, h, row);
+    __global const float *in_vc = vc + tensor_offset(svc, b, h, row);
+    {
+        __global const float *in_qc = qc + tensor_offset(sqc, b, h, row);
+        __global const float *in_ku = ku + tensor_offset(sku, b, h, row);
+        __global const float *in_vu = vu + tensor_offset(svu, b, h, row);
+        for (int c = lid; c < d; c += DNT) {
+            lq[c] = in_qc[c];
+            lk[c] = in_ku[c];
+            lv[c] = in_vu[c];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global float *U = cu + (ulong)bh * cap * d;
+    __global float *KC = ckc + (ulong)bh * cap * d;
+    __global float *VC = cvc + (ulong)bh * cap * d;
+    __global const float *QU = cqu + (ulong)bh * R * d;
+    const int wlo = W > 0 ? max(0, t - W) : 0; /* rows [wlo, t) take the rank-1 update */
+    const bool any_gate = max(s0, wlo) < min(s1, t);
+
+    float m = -INFINITY, l = 0.0f, acc[ACCN];
+    for (int q = 0; q < ACCN; ++q)
+        acc[q] = 0.0f;
+    int par = 0;
+    for (int sb = s0; sb < s1; sb += TEAMS, par ^= 1) {
+        const int s = sb + team;
+        const bool valid = s < s1;
+        const bool upd = valid && s >= wlo && s < t;
+        float gate = 0.0f;
+        if (any_gate) { /* G[s,t] = sigmoid(sc qU_s . kU_t) */
+            float pg = 0.0f;
+            if (upd) {
+                __global const float *qrow = QU + (ulong)(s % R) * d;
+                for (int c = lane; c < d; c += DLN)
+                    pg += qrow[c] * lk[c];
+            }
+            rg[lid] = pg;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            float g = 0.0f;
+            for (int q = 0; q < DLN; ++q)
+                g += rg[team * DLN + q];
+            gate = upd ? castle_sigmoid(sc * g) : 0.0f;
+        }
+        float px = 0.0f, pk = 0.0f; /* qC_t . u_s and qC_t . kC_s, this lane's columns */
+        if (valid) {
+            __global float *urow = U + (ulong)s * d;
+            __global float *krow = KC + (ulong)s * d;
+            if (s == t) { /* the new token: u_t = 0, append kC_t and vC_t */
+                __global float *vrow = VC + (ulong)s * d;
+                for (int c = lane; c < d; c += DLN) {
+                    const float kv = in_kc[c];
+                    urow[c] = 0.0f;
+                    krow[c] = kv;
+                    vrow[c] = in_vc[c];
+                    pk += lq[c] * kv;
+                }
+            } else {
+                for (int c = lane; c < d; c += DLN) {
+                    float u = urow[c];
+                    if (upd) {
+                        u += gate * lv[c];
+                        urow[c] = u;
+                    }
+                    px += lq[c] * u;
+                    pk += lq[c] * krow[c];
+                }
+            }
+        }
+        /* rx, rk alternate halves by pass: the barrier of the next pass separates these reads
+           from the writes two passes on. */
+        rx[par * DNT + lid] = px;
+        rk[par * DNT + lid] = pk;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (valid) {
+            float x = 0.0f, k = 0.0f;
+            for (int q = 0; q < DLN; ++q) {
+                x += rx[par * DNT + team * DLN + q];
+                k += rk[par * DNT + team * DLN + q];
+            }
+            const float a = sc * k - castle_silu(sc * x);
+            const float mn = fmax(m, a);
+            const float alpha = (m == -INFINITY) ? 0.0f : exp(m - mn);
+            const float p = exp(a - mn);
+            l = l * alpha + p;
+            __global const float *vrow = (s == t) ? in_vc : VC + (ulong)s * d;
+            for (int c = lane, q = 0; c < d; c += DLN, ++q)
+                acc[q] = acc[q] * alpha + p * vrow[c];
+            m = mn;
+        }
+    }
+
+    /* Merge the teams: each team's (m, l, acc) through local memory. */
+    if (lane == 0) {
+        tm[team] = m;
+        tl[team] = l;
+    }
+    for (int c = lane, q = 0; c < d; c += DLN, ++q)
+        tacc[team * d + c] = acc[q];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float mx = -INFINITY;
+    for (int q = 0; q < TEAMS; ++q)
+        mx = fmax(mx, tm[q]);
+    __global float *pp = part + ((ulong)bh * nchunks + chunk) * (d + 2);
+    for (int c = lid; c < d; c += DNT) {
+        float a = 0.0f;
+        for (int q = 0; q < TEAMS; ++q)
+            if (tm[q] != -INFINITY)
+                a += tacc[q * d + c] * exp(tm[q] - mx);
+        pp[c] = a;
+    }
+    if (lid == 0) {
+        float sum = 0.0f;
+        for (int q = 0; q < TEAMS; ++q)
+            if (tm[q] != -INFINITY)
+                sum += tl[q] * exp(tm[q] - mx);
+        pp[d] = mx;
+        pp[d + 1] = sum;
+    }
+}
+
+/* Work-group bh: o_t (and lse_t when want_lse) from the partials of chunks 0 .. t / S, then qU_t
+   into ring row t % R. */
+__kernel __attribute__((reqd_work_group_size(DNT, 1, 1)))
+void castle_cache_decode_combine(const int pos0, const int row, const int S, const int nchunks, const int d,
+                                 const int H, const int R, __global const int *lens,
+                                 __global const float *qu, const ulong4 squ, __global float *cqu,
+                                 __global const float *part,
+                                 __global float *o, const ulong4 so,
+                                 __global float *lse, const ulong4 slse, const int want_lse)
+{
+    const int lid = get_local_id(0), bh = get_group_id(0);
+    const uint b = bh / H, h = bh % H;
+    const int t = lens[b] + pos0;
+    const int nch = t / S + 1;
+    __global const float *pp = part + (ulong)bh * nchunks * (d + 2);
+    float mx = -INFINITY;
+    for (int g = 0; g < nch; ++g)
+        mx = fmax(mx, pp[g * (d + 2) + d]);
+    float sum = 0.0f;
+    for (int g = 0; g < nch; ++g)
+        sum += pp[g * (d + 2) + d + 1] * exp(pp[g * (d + 2) + d] - mx);
+    __global float *po = o + tensor_offset(so, b, h, row);
+    for (int c = lid; c < d; c += DNT) {
+        float a = 0.0f;
+        for (int g = 0; g < nch; ++g)
+            a += pp[g * (d + 2) + c] * exp(pp[g * (d + 2) + d] - mx);
+        po[c] = a / sum;
+    }
+    if (want_lse && lid == 0)
+        lse[tensor_offset(slse, b, h, row)] = mx + log(sum);
+    __global const float *in_qu = qu + tensor_offset(squ, b, h, row);
+    __global float *qrow = cqu + ((ulong)bh * R + t % R) * d;
+    for (int c = lid; c < d; c += DNT)
+        qrow[c] = in_qu[c];
+}

@@ -1,0 +1,423 @@
+/* The UQ-KV cache on the device (SPEC section 5) and the launch schedules of prefill and decode.
+ *
+ * Prefill: the forward pass over the prompt (host/schedule.c) writes the outputs and leaves each
+ * D_j final in its workspace, which is U after a prefill of the whole prompt (SPEC sections 3, 5);
+ * one copy kernel moves KC, VC, the QU ring rows and (when every sequence has the descriptor's
+ * length) U into the cache.  Sequences shorter than the descriptor get U from one flash-style
+ * gated pass instead (cl/cache.cl castle_cache_prefill_u), since their D would see the padding rows.
+ * Decode: two launches per token, no host round trip and no allocation: positions come from the
+ * device copy of the prompt lengths plus a counter passed as a kernel argument.
+ * Commands are ordered by the queue when it is in order, by events between them otherwise. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Rows per decode work-group never drop below this; the partials buffer is sized by it. */
+#define MIN_CHUNK 64
+
+/* Work-group size of the decode kernels: DNT in cl/cache.cl. */
+static unsigned decode_threads(const castle_tuning *t) { return t->threads > 256 ? 256 : t->threads; }
+
+/* ---- cache object ------------------------------------------------------------------------------ */
+
+static cl_mem new_buffer(castle_context *ctx, size_t bytes, void *init, cl_int *err)
+{
+    if (*err != CL_SUCCESS)
+        return NULL;
+    return clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE | (init ? CL_MEM_COPY_HOST_PTR : 0), bytes, init, err);
+}
+
+void castle__cache_free(castle_cache *c)
+{
+    if (!c)
+        return;
+    cl_mem *bufs[] = {&c->u, &c->qu, &c->kc, &c->vc, &c->lens, &c->part};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i)
+        if (*bufs[i])
+            clReleaseMemObject(*bufs[i]);
+    free(c->prompt);
+    free(c);
+}
+
+castle_status castle__cache_alloc(castle_context *ctx, const castle_problem *p, long window, castle_cache **out)
+{
+    const size_t cap = p->L, bh = p->B * p->H; /* both fit an int (castle__check_desc) */
+    castle_cache *c = calloc(1, sizeof *c);
+    int *zeros = calloc(p->B, sizeof(int));
+    if (c)
+        c->prompt = calloc(p->B, sizeof(size_t));
+    if (!c || !zeros || !c->prompt) {
+        free(zeros);
+        castle__cache_free(c);
+        return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a cache");
+    }
+    c->ctx = ctx;
+    c->B = p->B;
+    c->H = p->H;
+    c->d = p->d;
+    c->cap = cap;
+    c->window = window;
+    c->scale = p->scale;
+    /* A window that reaches past the capacity restricts nothing (castle__check_desc made p->W 0). */
+    c->W = (int)p->W;
+    c->R = c->W ? c->W : (int)cap;
+    c->nchunks = (cap + MIN_CHUNK - 1) / MIN_CHUNK;
+    /* Sizes: castle__check_desc bounded B H cap d; the products below stay far from SIZE_MAX on any
+       64-bit host, and on 32-bit ones clCreateBuffer rejects what the device cannot hold. */
+    const size_t row_bytes = p->d * sizeof(float);
+    const size_t sz[6] = {bh * cap * row_bytes, bh * (size_t)c->R * row_bytes, bh * cap * row_bytes,
+                          bh * cap * row_bytes, p->B * sizeof(int), bh * c->nchunks * (p->d + 2) * sizeof(float)};
+    cl_int err = CL_SUCCESS;
+    c->u = new_buffer(ctx, sz[0], NULL, &err);
+    c->qu = new_buffer(ctx, sz[1], NULL, &err);
+    c->kc = new_buffer(ctx, sz[2], NULL, &err);
+    c->vc = new_buffer(ctx, sz[3], NULL, &err);
+    c->lens = new_buffer(ctx, sz[4], zeros, &err);
+    c->part = new_buffer(ctx, sz[5], NULL, &err);
+    free(zeros);
+    if (err != CL_SUCCESS) {
+        castle__cache_free(c);
+        return castle__fail((castle_status)err, "clCreateBuffer failed allocating a cache of %zu tokens x %zu heads x %zu batch",
+                            cap, p->H, p->B);
+    }
+    for (int i = 0; i < 6; ++i)
+        c->bytes += sz[i];
+    c->lens_valid = true;
+    *out = c;
+    return CASTLE_SUCCESS;
+}
+
+void castle__cache_reset(castle_cache *c)
+{
+    memset(c->prompt, 0, c->B * sizeof(size_t));
+    c->decoded = 0;
+    c->lens_valid = false; /* the next call rewrites the device lengths */
+}
+
+/* ---- command chain ----------------------------------------------------------------------------- */
+
+/* Orders a sequence of commands: the first waits for the caller's list; on an out-of-order queue
+   each later one waits for the one before.  The last hands its event to the caller. */
+typedef struct chain {
+    cl_command_queue queue;
+    bool in_order, started;
+    cl_uint nwait;
+    const cl_event *wait;
+    cl_event prev;
+    cl_event *user_event;
+} chain;
+
+static castle_status chain_init(chain *ch, cl_command_queue queue, cl_uint nwait, const cl_event *wait,
+                                cl_event *event)
+{
+    memset(ch, 0, sizeof *ch);
+    cl_command_queue_properties props = 0;
+    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+    if (err != CL_SUCCESS)
+        return castle__cl_fail(err, "clGetCommandQueueInfo(CL_QUEUE_PROPERTIES)");
+    ch->queue = queue;
+    ch->in_order = !(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+    ch->nwait = nwait;
+    ch->wait = nwait ? wait : NULL;
+    ch->user_event = event;
+    return CASTLE_SUCCESS;
+}
+
+/* The wait list and event slot for the next command (`last`: the final one of the sequence). */
+static void chain_next(chain *ch, bool last, cl_uint *n, const cl_event **list, cl_event **ev, cl_event *slot)
+{
+    *slot = NULL;
+    if (!ch->started) {
+        *n = ch->nwait;
+        *list = ch->wait;
+    } else {
+        *n = ch->prev ? 1 : 0;
+        *list = ch->prev ? &ch->prev : NULL;
+    }
+    *ev = ((last && ch->user_event) || !ch->in_order) ? slot : NULL;
+}
+
+/* Records the outcome of the command chain_next prepared. */
+static castle_status chain_done(chain *ch, bool last, cl_int err, cl_event ev, const char *what)
+{
+    if (ch->prev)
+        clReleaseEvent(ch->prev);
+    ch->prev = NULL;
+    ch->started = true;
+    if (err != CL_SUCCESS) {
+        if (ev)
+            clReleaseEvent(ev);
+        return castle__cl_fail(err, what);
+    }
+    if (last && ch->user_event)
+        *ch->user_event = ev;
+    else
+        ch->prev = ev;
+    return CASTLE_SUCCESS;
+}
+
+static void chain_end(chain *ch)
+{
+    if (ch->prev)
+        clReleaseEvent(ch->prev);
+    ch->prev = NULL;
+}
+
+static castle_status chain_kernel(chain *ch, bool last, cl_kernel k, const size_t global[2], const size_t local[2])
+{
+    cl_uint n;
+    const cl_event *list;
+    cl_event *evp, ev;
+    chain_next(ch, last, &n, &list, &evp, &ev);
+    cl_int err = clEnqueueNDRangeKernel(ch->queue, k, 2, NULL, global, local, n, list, evp);
+    return chain_done(ch, last, err, ev, "clEnqueueNDRangeKernel");
+}
+
+/* ---- prefill ------------------------------------------------------------------------------------ */
+
+castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, const castle_problem *p,
+                                       const size_t *lengths, const cl_mem bufs[CASTLE_TENSOR_COUNT],
+                                       cl_command_queue queue, cl_uint nwait, const cl_event *wait, cl_event *event)
+{
+    const cl_mem *in = bufs, lse = bufs[CASTLE_TENSOR_LSE];
+    bool ragged = false;
+    for (size_t b = 0; b < c->B; ++b)
+        ragged = ragged || lengths[b] != p->L;
+    cl_kernel kstore, ku = NULL;
+    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, "castle_cache_prefill_store", &kstore);
+    if (st == CASTLE_SUCCESS && ragged)
+        st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, "castle_cache_prefill_u", &ku);
+    if (st != CASTLE_SUCCESS)
+        return st;
+
+    /* Temporaries, released once enqueued (OpenCL keeps them until the commands using them end). */
+    int *lens_host = malloc(c->B * sizeof(int));
+    if (!lens_host)
+        return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "out of host memory in castle_prefill");
+    for (size_t b = 0; b < c->B; ++b)
+        lens_host[b] = (int)lengths[b];
+    cl_int err = CL_SUCCESS;
+    cl_mem lens_tmp = new_buffer(ctx, c->B * sizeof(int), lens_host, &err);
+    cl_mem ws = new_buffer(ctx, p->ws_floats * sizeof(float), NULL, &err);
+    cl_mem lse_tmp = lse ? NULL : new_buffer(ctx, p->strides[CASTLE_TENSOR_LSE].s[3] * sizeof(float), NULL, &err);
+    free(lens_host);
+    chain ch;
+    memset(&ch, 0, sizeof ch);
+    if (err != CL_SUCCESS) {
+        st = castle__fail((castle_status)err, "clCreateBuffer failed for the prefill's temporaries (%zu bytes of workspace)",
+                          p->ws_floats * sizeof(float));
+        goto done;
+    }
+    if ((st = chain_init(&ch, queue, nwait, wait, event)))
+        goto done;
+
+    /* 1. the device lengths */
+    {
+        cl_uint n;
+        const cl_event *list;
+        cl_event *evp, ev;
+        chain_next(&ch, false, &n, &list, &evp, &ev);
+        err = clEnqueueCopyBuffer(queue, lens_tmp, c->lens, 0, 0, c->B * sizeof(int), n, list, evp);
+        if ((st = chain_done(&ch, false, err, ev, "clEnqueueCopyBuffer")))
+            goto done;
+    }
+    /* 2. the forward pass: outputs, and D in the workspace */
+    {
+        cl_uint n;
+        const cl_event *list;
+        cl_event *evp, ev;
+        chain_next(&ch, false, &n, &list, &evp, &ev);
+        cl_mem fwd[CASTLE_TENSOR_COUNT];
+        memcpy(fwd, bufs, sizeof fwd);
+        if (!lse)
+            fwd[CASTLE_TENSOR_LSE] = lse_tmp;
+        st = castle__schedule_forward(ctx, p, fwd, ws, queue, n, list, evp);
+        chain_done(&ch, false, CL_SUCCESS, ev, ""); /* keeps ev as the next command's dependency */
+        if (st != CASTLE_SUCCESS)
+            goto done;
+    }
+    /* 3. KC, VC, the QU ring, and U from D unless ragged */
+    {
+        const cl_int P = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H, R = c->R, cap = (cl_int)c->cap;
+        const cl_int Lpad = (cl_int)p->Lpad, use_d = !ragged;
+        const cl_ulong ws_hi = p->ws_off[CASTLE_WS_D_HI], ws_lo = p->ws_off[CASTLE_WS_D_LO];
+        cl_uint a = 0;
+        err = CL_SUCCESS;
+#define ARG(k, v) err |= clSetKernelArg(k, a++, sizeof(v), &(v))
+        ARG(kstore, P);
+        ARG(kstore, d);
+        ARG(kstore, H);
+        ARG(kstore, R);
+        ARG(kstore, cap);
+        ARG(kstore, c->lens);
+        ARG(kstore, in[CASTLE_TENSOR_QU]);
+        ARG(kstore, p->strides[CASTLE_TENSOR_QU]);
+        ARG(kstore, in[CASTLE_TENSOR_KC]);
+        ARG(kstore, p->strides[CASTLE_TENSOR_KC]);
+        ARG(kstore, in[CASTLE_TENSOR_VC]);
+        ARG(kstore, p->strides[CASTLE_TENSOR_VC]);
+        ARG(kstore, ws);
+        ARG(kstore, ws_hi);
+        ARG(kstore, ws_lo);
+        ARG(kstore, Lpad);
+        ARG(kstore, use_d);
+        ARG(kstore, c->u);
+        ARG(kstore, c->qu);
+        ARG(kstore, c->kc);
+        ARG(kstore, c->vc);
+        if (err != CL_SUCCESS) {
+            st = castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for castle_cache_prefill_store");
+            goto done;
+        }
+        const size_t lsz = ctx->tuning.threads, elems = p->L * p->d;
+        const size_t global[2] = {(elems + lsz - 1) / lsz * lsz, p->B * p->H}, local[2] = {lsz, 1};
+        if ((st = chain_kernel(&ch, !ragged, kstore, global, local)))
+            goto done;
+        if (ragged) {
+            const cl_int W = c->W;
+            const cl_float sc = p->scale;
+            a = 0;
+            ARG(ku, d);
+            ARG(ku, H);
+            ARG(ku, W);
+            ARG(ku, cap);
+            ARG(ku, sc);
+            ARG(ku, c->lens);
+            for (int t = CASTLE_TENSOR_QU; t <= CASTLE_TENSOR_VU; ++t) {
+                ARG(ku, in[t]);
+                ARG(ku, p->strides[t]);
+            }
+            ARG(ku, c->u);
+            if (err != CL_SUCCESS) {
+                st = castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for castle_cache_prefill_u");
+                goto done;
+            }
+            const size_t gu[2] = {p->N * (size_t)ctx->tuning.threads, p->B * p->H};
+            if ((st = chain_kernel(&ch, true, ku, gu, local)))
+                goto done;
+        }
+#undef ARG
+    }
+    for (size_t b = 0; b < c->B; ++b)
+        c->prompt[b] = lengths[b];
+    c->decoded = 0;
+    c->lens_valid = true;
+done:
+    chain_end(&ch);
+    if (lens_tmp)
+        clReleaseMemObject(lens_tmp);
+    if (ws)
+        clReleaseMemObject(ws);
+    if (lse_tmp)
+        clReleaseMemObject(lse_tmp);
+    return st;
+}
+
+/* ---- decode ------------------------------------------------------------------------------------- */
+
+castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, const castle_problem *p,
+                                      const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
+                                      const cl_event *wait, cl_event *event)
+{
+    const cl_mem *in = bufs, o = bufs[CASTLE_TENSOR_O], lse = bufs[CASTLE_TENSOR_LSE];
+    cl_kernel ka, kc;
+    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, "castle_cache_decode_attend", &ka);
+    if (st == CASTLE_SUCCESS)
+        st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, "castle_cache_decode_combine", &kc);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    chain ch;
+    if ((st = chain_init(&ch, queue, nwait, wait, event)))
+        return st;
+    if (!c->lens_valid) { /* after a reset: every sequence starts empty */
+        const cl_int zero = 0;
+        cl_uint n;
+        const cl_event *list;
+        cl_event *evp, ev;
+        chain_next(&ch, false, &n, &list, &evp, &ev);
+        cl_int err = clEnqueueFillBuffer(queue, c->lens, &zero, sizeof zero, 0, c->B * sizeof(cl_int), n, list, evp);
+        if ((st = chain_done(&ch, false, err, ev, "clEnqueueFillBuffer")))
+            return chain_end(&ch), st;
+    }
+    size_t longest = 0;
+    for (size_t b = 0; b < c->B; ++b)
+        longest = c->prompt[b] > longest ? c->prompt[b] : longest;
+    longest += c->decoded; /* the longest sequence before this call */
+
+    const cl_int d = (cl_int)c->d, H = (cl_int)c->H, W = c->W, R = c->R, cap = (cl_int)c->cap;
+    const cl_int nchunks = (cl_int)c->nchunks, want_lse = lse != NULL;
+    const cl_float sc = c->scale;
+    const size_t bh = c->B * c->H, dnt = decode_threads(&ctx->tuning);
+    /* Split-K: about four work-groups per compute unit over all heads, each >= MIN_CHUNK rows. */
+    const size_t target = 4 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
+    const size_t per_bh = (target + bh - 1) / bh;
+    cl_mem lse_arg = lse ? lse : o; /* never written when want_lse = 0 */
+    cl_int err = CL_SUCCESS;
+    cl_uint a = 0;
+#define ARG(k, v) err |= clSetKernelArg(k, a++, sizeof(v), &(v))
+    /* Arguments that stay the same for every token of the call. */
+    a = 3;
+    ARG(ka, nchunks);
+    ARG(ka, d);
+    ARG(ka, H);
+    ARG(ka, W);
+    ARG(ka, R);
+    ARG(ka, cap);
+    ARG(ka, sc);
+    ARG(ka, c->lens);
+    for (int t = CASTLE_TENSOR_KU; t <= CASTLE_TENSOR_VC; ++t) {
+        ARG(ka, in[t]);
+        ARG(ka, p->strides[t]);
+    }
+    ARG(ka, c->u);
+    ARG(ka, c->qu);
+    ARG(ka, c->kc);
+    ARG(ka, c->vc);
+    ARG(ka, c->part);
+    a = 3;
+    ARG(kc, nchunks);
+    ARG(kc, d);
+    ARG(kc, H);
+    ARG(kc, R);
+    ARG(kc, c->lens);
+    ARG(kc, in[CASTLE_TENSOR_QU]);
+    ARG(kc, p->strides[CASTLE_TENSOR_QU]);
+    ARG(kc, c->qu);
+    ARG(kc, c->part);
+    ARG(kc, o);
+    ARG(kc, p->strides[CASTLE_TENSOR_O]);
+    ARG(kc, lse_arg);
+    ARG(kc, p->strides[CASTLE_TENSOR_LSE]);
+    ARG(kc, want_lse);
+    if (err != CL_SUCCESS)
+        return chain_end(&ch), castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for the decode kernels");
+
+    for (size_t i = 0; i < p->L; ++i) {
+        const cl_int pos0 = (cl_int)(c->decoded + i), row = (cl_int)i;
+        const size_t rows = longest + i + 1; /* rows the longest sequence attends to */
+        size_t S = (rows + per_bh - 1) / per_bh;
+        S = (S + MIN_CHUNK - 1) / MIN_CHUNK * MIN_CHUNK;
+        const cl_int Sarg = (cl_int)S;
+        const size_t groups = (rows + S - 1) / S; /* <= nchunks: rows <= cap, S >= MIN_CHUNK */
+        a = 0;
+        ARG(ka, pos0);
+        ARG(ka, row);
+        ARG(ka, Sarg);
+        a = 0;
+        ARG(kc, pos0);
+        ARG(kc, row);
+        ARG(kc, Sarg);
+        if (err != CL_SUCCESS)
+            return chain_end(&ch), castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for the decode kernels");
+        const size_t ga[2] = {groups * dnt, bh}, la[2] = {dnt, 1};
+        const size_t gc[2] = {bh * dnt, 1};
+        if ((st = chain_kernel(&ch, false, ka, ga, la)) || (st = chain_kernel(&ch, i + 1 == p->L, kc, gc, la)))
+            return chain_end(&ch), st;
+    }
+#undef ARG
+    chain_end(&ch);
+    c->decoded += p->L;
+    c->lens_valid = true;
+    return CASTLE_SUCCESS;
+}
