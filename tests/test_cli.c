@@ -426,6 +426,74 @@ START_TEST(test_repeat_prints_median)
 }
 END_TEST
 
+/* backward: the six gradients of sum(dO * O) against the fp64 reference (tests/tolerance.h). */
+START_TEST(test_backward_matches_reference)
+{
+    const size_t shape[4] = {1, 2, 45, 8};
+    const size_t L = shape[2], d = shape[3], bhs = shape[0] * shape[1], n = bhs * L * d;
+    const long W = _i ? 3 : 0;
+    char dir[PATH_CAP], in[PATH_CAP], out[PATH_CAP], path[PATH_CAP];
+    new_dir(dir);
+    make_dir(in, dir, "in");
+    join(out, dir, "out");
+    float *v = write_inputs(in, 61, shape);
+    float *dov = malloc(n * sizeof(float));
+    ck_assert(dov);
+    for (size_t bh = 0, i = 0; bh < bhs; ++bh)
+        for (size_t r = 0; r < L; ++r)
+            for (size_t c = 0; c < d; ++c)
+                dov[i++] = (float)h_value(62, 6, 0, bh, r, c);
+    cli_result r;
+    CLI(&r, dir, "backward", "--in", in, "--out", out, "--window", W ? "3" : "0");
+    expect(&r, 2, "do.npy", "backward without do.npy");
+    cli_free(&r);
+    write_npy(in, "do", dov, 4, shape);
+    CLI(&r, dir, "backward", "--in", in, "--out", out, "--window", W ? "3" : "0");
+    expect(&r, 0, NULL, "backward");
+    cli_free(&r);
+
+    static const char *const gnames[6] = {"dqu", "dku", "dvu", "dqc", "dkc", "dvc"};
+    double *in64 = malloc(7 * L * d * sizeof(double)), *ref = malloc(6 * n * sizeof(double));
+    ck_assert(in64 && ref);
+    const double sc = 1.0 / sqrt((double)d);
+    for (size_t bh = 0; bh < bhs; ++bh) {
+        for (size_t t = 0; t < 7; ++t)
+            for (size_t i = 0; i < L * d; ++i)
+                in64[t * L * d + i] = t < 6 ? (double)v[t * n + bh * L * d + i] : (double)dov[bh * L * d + i];
+        double *g[6];
+        for (int k = 0; k < 6; ++k)
+            g[k] = ref + (size_t)k * n + bh * L * d;
+        ck_assert(!ref_backward((int)L, (int)d, (int)W, sc, in64, in64 + L * d, in64 + 2 * L * d, in64 + 3 * L * d,
+                                in64 + 4 * L * d, in64 + 5 * L * d, in64 + 6 * L * d, g[0], g[1], g[2], g[3], g[4],
+                                g[5]));
+    }
+    for (int k = 0; k < 6; ++k) {
+        char file[32];
+        snprintf(file, sizeof file, "%s.npy", gnames[k]);
+        join(path, out, file);
+        npy_array a;
+        read_npy(path, &a);
+        ck_assert_msg(a.ndim == 4 && !memcmp(a.shape, shape, sizeof shape), "%s has the wrong shape", file);
+        double e = 0, m = 1e-3; /* the gradient measure of tests/tolerance.h */
+        for (size_t i = 0; i < n; ++i) {
+            ck_assert_msg(isfinite(a.data[i]), "%s: non-finite entry", file);
+            e = fmax(e, fabs((double)a.data[i] - ref[(size_t)k * n + i]));
+            m = fmax(m, fabs(ref[(size_t)k * n + i]));
+        }
+        ck_assert_msg(e / m <= BACKWARD_TOL, "%s (W=%ld): error %.3g > %.3g", file, W, e / m, BACKWARD_TOL);
+        npy_free(&a);
+    }
+    CLI(&r, dir, "backward", "--in", in, "--out", out, "--repeat", "2");
+    expect(&r, 0, NULL, "backward --repeat 2");
+    ck_assert_msg(strstr(r.out, "median_ms="), "backward --repeat printed no median_ms:\n%s", r.out);
+    cli_free(&r);
+    free(in64);
+    free(ref);
+    free(dov);
+    free(v);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------------ */
 /* random                                                                                           */
 /* ------------------------------------------------------------------------------------------------ */
@@ -651,7 +719,7 @@ typedef struct usage_case {
 
 static const usage_case usage_cases[] = {
     {"no command", "missing command", {NULL}},
-    {"unknown command", "unknown command 'backward'", {"backward", "--in", "@in", "--out", "@out"}},
+    {"unknown command", "unknown command 'sideways'", {"sideways", "--in", "@in", "--out", "@out"}},
     {"unknown option", "unknown option '--bogus'", {"forward", "--in", "@in", "--out", "@out", "--bogus", "1"}},
     {"missing --in", "--in DIR is required", {"forward", "--out", "@out"}},
     {"missing --out", "--out DIR is required", {"forward", "--in", "@in"}},
@@ -769,6 +837,7 @@ static Suite *cli_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_forward_matches_reference, 0, (int)(sizeof variants / sizeof variants[0]));
     tcase_add_test(tc, test_repeat_prints_median);
+    tcase_add_loop_test(tc, test_backward_matches_reference, 0, 2);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("random");

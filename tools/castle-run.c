@@ -1,6 +1,7 @@
 /* castle-run: drive libcastle from NumPy .npy files.
  *
  *   castle-run forward --in DIR --out DIR [--window W] [--scale S] [--device P:D] [--repeat N]
+ *   castle-run backward --in DIR --out DIR [--window W] [--scale S] [--device P:D] [--repeat N]
  *   castle-run random --shape B,H,L,d --out DIR [--seed S]
  *
  * Exit status: 0 success, 1 library or device failure, 2 bad usage or a malformed/unsupported .npy. */
@@ -17,11 +18,14 @@
 
 static const char usage[] =
     "usage: castle-run forward --in DIR --out DIR [--window W] [--scale S] [--device P:D] [--repeat N]\n"
+    "       castle-run backward --in DIR --out DIR [--window W] [--scale S] [--device P:D] [--repeat N]\n"
     "       castle-run random --shape B,H,L,d --out DIR [--seed S]\n"
     "\n"
     "forward   reads DIR/qu.npy ku.npy vu.npy qc.npy kc.npy vc.npy (float32, C order, shape (B, H, L, d),\n"
     "          all equal), runs castle_forward and writes OUT/o.npy (B, H, L, d) and OUT/lse.npy (B, H, L).\n"
-    "random    writes the six inputs of shape (B, H, L, d), uniform in [-1, 1), to OUT (for trying the tool).\n"
+    "backward  also reads DIR/do.npy (B, H, L, d), runs the forward then castle_backward and writes\n"
+    "          OUT/dqu.npy dku.npy dvu.npy dqc.npy dkc.npy dvc.npy (B, H, L, d); --repeat times the backward.\n"
+    "random    writes the six inputs and do.npy, shape (B, H, L, d), uniform in [-1, 1), to OUT.\n"
     "\n"
     "options:\n"
     "  --in DIR       directory holding the input .npy files\n"
@@ -77,8 +81,8 @@ static int parse_args(int argc, char **argv, options *o)
     o->cmd = argv[1];
     o->seed = 1;
     const bool random = !strcmp(o->cmd, "random");
-    if (strcmp(o->cmd, "forward") && !random)
-        return usage_error("unknown command '%s' (supported: forward, random)", o->cmd);
+    if (strcmp(o->cmd, "forward") && strcmp(o->cmd, "backward") && !random)
+        return usage_error("unknown command '%s' (supported: forward, backward, random)", o->cmd);
     for (int i = 2; i < argc; ++i) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -178,38 +182,51 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-typedef struct fwd_job {
+/* The buffers of one forward (+ backward) problem, indexed by castle_tensor, and the workspace. */
+typedef struct job {
     castle_context *ctx;
     castle_attention_desc desc;
-    cl_mem in[6], o, lse, ws;
-} fwd_job;
+    cl_mem buf[CASTLE_TENSOR_COUNT], ws;
+} job;
 
-static castle_status run_forward(fwd_job *j, cl_command_queue q, cl_uint nwait, const cl_event *wait, cl_event *ev)
+typedef castle_status (*op_fn)(job *j, cl_command_queue q, cl_uint nwait, const cl_event *wait, cl_event *ev);
+
+static castle_status op_forward(job *j, cl_command_queue q, cl_uint nwait, const cl_event *wait, cl_event *ev)
 {
-    return castle_forward(j->ctx, &j->desc, j->in[0], j->in[1], j->in[2], j->in[3], j->in[4], j->in[5], j->o, j->lse,
-                          j->ws, q, nwait, wait, ev);
+    cl_mem *b = j->buf;
+    return castle_forward(j->ctx, &j->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[CASTLE_TENSOR_O],
+                          b[CASTLE_TENSOR_LSE], j->ws, q, nwait, wait, ev);
 }
 
-/* One warm-up, then n timed runs; device time from a marker before each run to the end of its last
-   launch.  Prints median_ms. */
-static int time_forward(fwd_job *j, cl_command_queue q, long n)
+static castle_status op_backward(job *j, cl_command_queue q, cl_uint nwait, const cl_event *wait, cl_event *ev)
+{
+    cl_mem *b = j->buf;
+    return castle_backward(j->ctx, &j->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[CASTLE_TENSOR_O],
+                           b[CASTLE_TENSOR_LSE], j->ws, b[CASTLE_TENSOR_DO], b[CASTLE_TENSOR_DQU], b[CASTLE_TENSOR_DKU],
+                           b[CASTLE_TENSOR_DVU], b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DKC], b[CASTLE_TENSOR_DVC], q,
+                           nwait, wait, ev);
+}
+
+/* One warm-up, then n timed runs of op; device time from a marker before each run to the end of
+   its last launch.  Prints median_ms. */
+static int time_op(job *j, op_fn op, const char *name, cl_command_queue q, long n)
 {
     double *ms = malloc((size_t)n * sizeof(double));
     if (!ms)
         return lib_error(CASTLE_ERR_OUT_OF_HOST_MEMORY, "malloc");
-    castle_status st = run_forward(j, q, 0, NULL, NULL);
+    castle_status st = op(j, q, 0, NULL, NULL);
     if (st)
-        return free(ms), lib_error(st, "castle_forward");
+        return free(ms), lib_error(st, name);
     clFinish(q);
     for (long r = 0; r < n; ++r) {
         cl_event start = NULL, end = NULL;
         cl_int err = clEnqueueMarkerWithWaitList(q, 0, NULL, &start);
         if (err != CL_SUCCESS)
             return free(ms), lib_error((castle_status)err, "clEnqueueMarkerWithWaitList");
-        st = run_forward(j, q, 1, &start, &end);
+        st = op(j, q, 1, &start, &end);
         if (st) {
             clReleaseEvent(start);
-            return free(ms), lib_error(st, "castle_forward");
+            return free(ms), lib_error(st, name);
         }
         clWaitForEvents(1, &end);
         cl_ulong t0 = 0, t1 = 0;
@@ -241,17 +258,33 @@ static int write_output(const char *dir, const char *name, const float *data, in
     return 0;
 }
 
-static int cmd_forward(const options *opt)
+/* Reads a device buffer of n floats and writes it as DIR/name.npy. */
+static int save_buffer(cl_command_queue q, cl_mem buf, size_t n, const char *dir, const char *name, int ndim,
+                       const size_t *shape)
 {
+    float *host = malloc(n * sizeof(float));
+    if (!host)
+        return lib_error(CASTLE_ERR_OUT_OF_HOST_MEMORY, "malloc");
+    cl_int err = clEnqueueReadBuffer(q, buf, CL_TRUE, 0, n * sizeof(float), host, 0, NULL, NULL);
+    int rc = err != CL_SUCCESS ? lib_error((castle_status)err, "reading results")
+                               : write_output(dir, name, host, ndim, shape);
+    free(host);
+    return rc;
+}
+
+/* forward, and with `backward` also the backward pass (inputs + do.npy; gradients out). */
+static int cmd_train(const options *opt, bool backward)
+{
+    static const char *const grad_names[6] = {"dqu", "dku", "dvu", "dqc", "dkc", "dvc"};
     size_t shape[4] = {0, 0, 0, 0};
-    npy_array arr[6];
+    npy_array arr[7];
     memset(arr, 0, sizeof arr);
+    const int nin = backward ? 7 : 6;
     int rc = 0;
-    for (int t = 0; t < 6 && !rc; ++t)
-        rc = read_input(opt->in, in_names[t], shape, &arr[t]);
-    fwd_job j;
+    for (int t = 0; t < nin && !rc; ++t)
+        rc = read_input(opt->in, t < 6 ? in_names[t] : "do", shape, &arr[t]);
+    job j;
     memset(&j, 0, sizeof j);
-    float *o = NULL, *lse = NULL;
     if (rc)
         goto done;
     castle_status st = castle_context_create_default(opt->device, &j.ctx);
@@ -271,54 +304,47 @@ static int cmd_forward(const options *opt)
         goto done;
     }
     cl_int err = CL_SUCCESS;
-    for (int t = 0; t < 6 && err == CL_SUCCESS; ++t)
-        j.in[t] = clCreateBuffer(clc, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * sizeof(float), arr[t].data, &err);
-    if (err == CL_SUCCESS)
-        j.o = clCreateBuffer(clc, CL_MEM_WRITE_ONLY, n * sizeof(float), NULL, &err);
-    if (err == CL_SUCCESS)
-        j.lse = clCreateBuffer(clc, CL_MEM_WRITE_ONLY, nl * sizeof(float), NULL, &err);
+    const int ntensors = backward ? CASTLE_TENSOR_COUNT : CASTLE_TENSOR_LSE + 1;
+    for (int t = 0; t < ntensors && err == CL_SUCCESS; ++t) {
+        const int src = t < 6 ? t : (t == CASTLE_TENSOR_DO ? 6 : -1);
+        const size_t count = t == CASTLE_TENSOR_LSE ? nl : n;
+        j.buf[t] = src >= 0 ? clCreateBuffer(clc, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, count * sizeof(float),
+                                             arr[src].data, &err)
+                            : clCreateBuffer(clc, CL_MEM_READ_WRITE, count * sizeof(float), NULL, &err);
+    }
     if (err == CL_SUCCESS)
         j.ws = clCreateBuffer(clc, CL_MEM_READ_WRITE, ws_bytes, NULL, &err);
     if (err != CL_SUCCESS) {
         rc = lib_error((castle_status)err, "allocating device buffers");
         goto done;
     }
-    if ((st = run_forward(&j, q, 0, NULL, NULL))) {
+    if ((st = op_forward(&j, q, 0, NULL, NULL))) {
         rc = lib_error(st, "castle_forward");
         goto done;
     }
-    o = malloc(n * sizeof(float));
-    lse = malloc(nl * sizeof(float));
-    if (!o || !lse) {
-        rc = lib_error(CASTLE_ERR_OUT_OF_HOST_MEMORY, "malloc");
+    if (backward && (st = op_backward(&j, q, 0, NULL, NULL))) {
+        rc = lib_error(st, "castle_backward");
         goto done;
     }
-    err = clEnqueueReadBuffer(q, j.o, CL_TRUE, 0, n * sizeof(float), o, 0, NULL, NULL);
-    if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(q, j.lse, CL_TRUE, 0, nl * sizeof(float), lse, 0, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        rc = lib_error((castle_status)err, "reading results");
-        goto done;
+    if (backward) {
+        for (int k = 0; k < 6 && !rc; ++k)
+            rc = save_buffer(q, j.buf[CASTLE_TENSOR_DQU + k], n, opt->out, grad_names[k], 4, shape);
+    } else {
+        if (!(rc = save_buffer(q, j.buf[CASTLE_TENSOR_O], n, opt->out, "o", 4, shape)))
+            rc = save_buffer(q, j.buf[CASTLE_TENSOR_LSE], nl, opt->out, "lse", 3, shape);
     }
-    if ((rc = write_output(opt->out, "o", o, 4, shape)) || (rc = write_output(opt->out, "lse", lse, 3, shape)))
-        goto done;
-    if (opt->repeat > 0)
-        rc = time_forward(&j, q, opt->repeat);
+    if (!rc && opt->repeat > 0)
+        rc = backward ? time_op(&j, op_backward, "castle_backward", q, opt->repeat)
+                      : time_op(&j, op_forward, "castle_forward", q, opt->repeat);
 done:
-    for (int t = 0; t < 6; ++t) {
-        if (j.in[t])
-            clReleaseMemObject(j.in[t]);
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
+        if (j.buf[t])
+            clReleaseMemObject(j.buf[t]);
+    for (int t = 0; t < 7; ++t)
         npy_free(&arr[t]);
-    }
-    if (j.o)
-        clReleaseMemObject(j.o);
-    if (j.lse)
-        clReleaseMemObject(j.lse);
     if (j.ws)
         clReleaseMemObject(j.ws);
     castle_context_destroy(j.ctx);
-    free(o);
-    free(lse);
     return rc;
 }
 
@@ -344,10 +370,10 @@ static int cmd_random(const options *opt)
         return lib_error(CASTLE_ERR_OUT_OF_HOST_MEMORY, "malloc");
     unsigned long long s = mix64(opt->seed ^ 0x6a09e667f3bcc909ull); /* neighbouring seeds: unrelated streams */
     int rc = 0;
-    for (int t = 0; t < 6 && !rc; ++t) {
+    for (int t = 0; t < 7 && !rc; ++t) {
         for (size_t i = 0; i < n; ++i) /* splitmix64; 24 bits make an exact float in [-1, 1) */
             data[i] = (float)(mix64(s += 0x9e3779b97f4a7c15ull) >> 40) * 0x1p-23f - 1.0f;
-        rc = write_output(opt->out, in_names[t], data, 4, opt->shape);
+        rc = write_output(opt->out, t < 6 ? in_names[t] : "do", data, 4, opt->shape);
     }
     free(data);
     return rc;
@@ -359,5 +385,7 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &opt);
     if (rc)
         return rc;
-    return !strcmp(opt.cmd, "random") ? cmd_random(&opt) : cmd_forward(&opt);
+    if (!strcmp(opt.cmd, "random"))
+        return cmd_random(&opt);
+    return cmd_train(&opt, !strcmp(opt.cmd, "backward"));
 }
