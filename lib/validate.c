@@ -194,18 +194,42 @@ castle_status castle__check_buffers(const castle_context *ctx, const castle_prob
             return st;
     if ((st = castle__check_buffer(ctx, workspace, p->ws_floats, "workspace", CASTLE_ERR_WORKSPACE_TOO_SMALL)))
         return st;
-    /* Inputs may share a buffer; an output may share with nothing. */
-    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t) {
-        if (!(used >> t & 1u))
+    /* Inputs may share memory; an output may share memory with nothing.  Buffers are compared by
+       their root object and byte range, so overlapping sub-buffers are caught too. */
+    struct range {
+        cl_mem root;
+        size_t lo, hi;
+    } r[CASTLE_TENSOR_COUNT + 1];
+    for (int t = 0; t <= CASTLE_TENSOR_COUNT; ++t) {
+        if (t < CASTLE_TENSOR_COUNT && !(used >> t & 1u))
             continue;
-        if (bufs[t] == workspace)
-            return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "workspace is the same buffer as %s", tensor_names[t]);
-        if (!is_output(t))
+        cl_mem m = t < CASTLE_TENSOR_COUNT ? bufs[t] : workspace, parent = NULL;
+        size_t off = 0, size = 0;
+        clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof size, &size, NULL);
+        if (clGetMemObjectInfo(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) != CL_SUCCESS)
+            parent = NULL;
+        if (parent && clGetMemObjectInfo(m, CL_MEM_OFFSET, sizeof off, &off, NULL) != CL_SUCCESS)
+            off = 0;
+        r[t].root = parent ? parent : m;
+        r[t].lo = off;
+        r[t].hi = off + size;
+    }
+    for (int t = 0; t <= CASTLE_TENSOR_COUNT; ++t) {
+        const bool t_used = t == CASTLE_TENSOR_COUNT || (used >> t & 1u);
+        if (!t_used || (t < CASTLE_TENSOR_COUNT && !is_output(t)))
             continue;
-        for (int u = 0; u < CASTLE_TENSOR_COUNT; ++u)
-            if (u != t && (used >> u & 1u) && bufs[u] == bufs[t])
-                return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "output %s is the same buffer as %s",
-                                    tensor_names[t], tensor_names[u]);
+        const char *tn = t < CASTLE_TENSOR_COUNT ? tensor_names[t] : "workspace";
+        const char *kind = t < CASTLE_TENSOR_COUNT ? "output " : "";
+        const cl_mem tm = t < CASTLE_TENSOR_COUNT ? bufs[t] : workspace;
+        for (int u = 0; u < CASTLE_TENSOR_COUNT; ++u) {
+            if (u == t || !(used >> u & 1u) || r[u].root != r[t].root || r[u].hi <= r[t].lo || r[t].hi <= r[u].lo)
+                continue;
+            if (bufs[u] == tm)
+                return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s%s is the same buffer as %s", kind, tn,
+                                    tensor_names[u]);
+            return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s%s overlaps %s (sub-buffers of one buffer)", kind, tn,
+                                tensor_names[u]);
+        }
     }
     return CASTLE_SUCCESS;
 }

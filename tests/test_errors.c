@@ -875,6 +875,49 @@ START_TEST(test_output_aliases)
 }
 END_TEST
 
+/* Sub-buffers: o overlapping an input's bytes inside one parent buffer is rejected; sub-buffers
+   of one parent that do not overlap are fine. */
+START_TEST(test_subbuffer_overlap)
+{
+    fx f;
+    fx_setup(&f);
+    cl_uint align_bits = 1024;
+    clGetDeviceInfo(castle_context_device(f.ctx), CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits, &align_bits, NULL);
+    const size_t align = align_bits / 8, obytes = f.bytes[CASTLE_TENSOR_O];
+    const size_t stride = (obytes + align - 1) / align * align; /* aligned slot per sub-buffer */
+    cl_mem parent = new_buf(f.clc, 3 * stride, -1);
+    cl_int err;
+    cl_buffer_region r0 = {0, obytes}, r1 = {align, obytes}, r2 = {2 * stride, obytes};
+    cl_mem s0 = clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r0, &err);
+    cl_mem s1 = clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r1, &err);
+    cl_mem s2 = clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r2, &err);
+    ck_assert(s0 && s1 && s2);
+    /* qu and o in overlapping byte ranges of one parent */
+    fwd_args a = fx_args(&f);
+    a.buf[CASTLE_TENSOR_QU] = s0;
+    a.buf[CASTLE_TENSOR_O] = s1;
+    expect_reject(&f, &a, CASTLE_ERR_INVALID_ARGUMENT, "output o overlaps qu", "o overlapping qu");
+    /* o overlapping the whole parent used as an input */
+    a = fx_args(&f);
+    a.buf[CASTLE_TENSOR_VC] = parent;
+    a.buf[CASTLE_TENSOR_O] = s2;
+    expect_reject(&f, &a, CASTLE_ERR_INVALID_ARGUMENT, "output o overlaps vc", "o inside vc's buffer");
+    /* disjoint sub-buffers of one parent: accepted and computed */
+    a = fx_args(&f);
+    a.buf[CASTLE_TENSOR_QU] = s0;
+    a.buf[CASTLE_TENSOR_O] = s2;
+    float *qu = (float *)read_all(f.q, f.buf[CASTLE_TENSOR_QU], f.bytes[CASTLE_TENSOR_QU]);
+    ck_assert(clEnqueueWriteBuffer(f.q, s0, CL_TRUE, 0, f.bytes[CASTLE_TENSOR_QU], qu, 0, NULL, NULL) == CL_SUCCESS);
+    free(qu);
+    expect_success(&f, &a, "qu and o in disjoint sub-buffers of one buffer");
+    clReleaseMemObject(s0);
+    clReleaseMemObject(s1);
+    clReleaseMemObject(s2);
+    clReleaseMemObject(parent);
+    fx_teardown(&f);
+}
+END_TEST
+
 /* The dedicated check: a call rejected late (lse one float short, after every other buffer passed)
    leaves O, lse and the workspace bit for bit as they were, margins included. */
 START_TEST(test_nothing_written)
@@ -1366,6 +1409,7 @@ Suite *errors_suite(void)
     tcase_add_test(tc, test_queue_other_context);
     tcase_add_loop_test(tc, test_buffer_other_context, 0, NBUF);
     tcase_add_test(tc, test_output_aliases);
+    tcase_add_test(tc, test_subbuffer_overlap);
     tcase_add_test(tc, test_nothing_written);
     tcase_add_test(tc, test_workspace_size_args);
     add(s, "context", &tc);
