@@ -17,37 +17,40 @@
 #error "backward.cl: NT must be a multiple of BLK that divides BLK*BLK and BLK*DT"
 #endif
 
-#define BW_MATS 6
-#define BW_TILES 6
-#define LM_BW (BW_MATS * BLK * BP + BW_TILES * BLK * TS + 2 * BLK)
+/* Local memory: nine BLK x BP matrices (each kept in the orientation its consumers read along
+   rows, so that every dot product runs over contiguous memory in VW-wide vectors), six tiles of d
+   columns (row layout BLK x TS for the d-long products, transposed DT x BP for the block-long ones)
+   and the O tile for Delta,
+   and Delta, lse of the rows. */
+#define BW_MATS 9
+#define BW_TILE (BLK * TS > DT * BP ? BLK * TS : DT * BP)
+#define BW_TILES 7
+#define LM_BW (BW_MATS * BLK * BP + BW_TILES * BW_TILE + 2 * BLK)
 
 /* out[e] = (first ? 0 : out[e]) + v */
 inline void accumulate(__global float *p, bool first, float v) { *p = first ? v : *p + v; }
 
-__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
-void castle_backward_block(const int k, const int L, const int d, const int H, const int W, const float sc,
-                           __global const float *qu, const ulong4 squ,
-                           __global const float *ku, const ulong4 sku,
-                           __global const float *vu, const ulong4 svu,
-                           __global const float *qc, const ulong4 sqc,
-                           __global const float *kc, const ulong4 skc,
-                           __global const float *vc, const ulong4 svc,
-                           __global const float *o, const ulong4 so,
-                           __global const float *lse, const ulong4 slse,
-                           __global const float *dout, const ulong4 sdo,
-                           __global float *dqu, const ulong4 sdqu,
-                           __global float *dku, const ulong4 sdku,
-                           __global float *dvu, const ulong4 sdvu,
-                           __global float *dqc, const ulong4 sdqc,
-                           __global float *dkc, const ulong4 sdkc,
-                           __global float *dvc, const ulong4 sdvc,
-                           __global float *ws, const ulong ws_dlo, const ulong ws_whi, const ulong ws_wlo,
-                           const ulong ws_dd, const ulong ws_x)
+/* The kernels' shared parameters (after the launch index k) and the matching argument list. */
+#define BACKWARD_BLOCK_PARAMS \
+    const int L, const int d, const int H, const int W, const float sc, __global const float *qu, \
+    const ulong4 squ, __global const float *ku, const ulong4 sku, __global const float *vu, \
+    const ulong4 svu, __global const float *qc, const ulong4 sqc, __global const float *kc, \
+    const ulong4 skc, __global const float *vc, const ulong4 svc, __global const float *o, \
+    const ulong4 so, __global const float *lse, const ulong4 slse, __global const float *dout, \
+    const ulong4 sdo, __global float *dqu, const ulong4 sdqu, __global float *dku, const ulong4 sdku, \
+    __global float *dvu, const ulong4 sdvu, __global float *dqc, const ulong4 sdqc, \
+    __global float *dkc, const ulong4 sdkc, __global float *dvc, const ulong4 sdvc, __global float *ws, \
+    const ulong ws_dlo, const ulong ws_whi, const ulong ws_wlo, const ulong ws_dd, const ulong ws_x
+#define BACKWARD_BLOCK_ARGS \
+    L, d, H, W, sc, qu, squ, ku, sku, vu, svu, qc, sqc, kc, skc, vc, svc, o, so, lse, slse, dout, sdo, \
+    dqu, sdqu, dku, sdku, dvu, sdvu, dqc, sdqc, dkc, sdkc, dvc, sdvc, ws, ws_dlo, ws_whi, ws_wlo, \
+    ws_dd, ws_x
+
+/* The block pair (i = j + k, j) of batch entry x head bh, computed by the whole work-group. */
+inline void backward_block(__local float *lm, const int k, const int j, const int bh, BACKWARD_BLOCK_PARAMS)
 {
-    __local float lm[LM_BW];
     const int lid = get_local_id(0);
-    const int j = get_group_id(0), i = j + k;
-    const int bh = get_group_id(1);
+    const int i = j + k;
     const uint b = bh / H, h = bh % H;
     const int N = (L + BLK - 1) / BLK, Lpad = N * BLK;
     const int t0 = i * BLK, s0 = j * BLK;
@@ -72,27 +75,38 @@ void castle_backward_block(const int k, const int L, const int d, const int H, c
     __global float *dD = ws + ws_dd + bhd;
     __global const float *X = ws + ws_x + ((ulong)bh * N + i) * (BLK * BLK);
 
-    __local float *sG = lm, *sY = lm + BLK * BP, *sP = lm + 2 * BLK * BP;
-    __local float *sdA = lm + 3 * BLK * BP, *sdSU = lm + 4 * BLK * BP, *sdY = lm + 5 * BLK * BP;
-    __local float *T0 = lm + BW_MATS * BLK * BP, *T1 = T0 + BLK * TS, *T2 = T1 + BLK * TS;
-    __local float *T3 = T2 + BLK * TS, *T4 = T3 + BLK * TS, *T5 = T4 + BLK * TS;
-    __local float *sDelta = T5 + BLK * TS, *sLse = sDelta + BLK;
+    /* Matrices (row index first): G [s][j'], Gt [j'][s], Y [t][j'], Yt [j'][t], dA [t][s],
+       dAt [s][t], dSU [t][s], dSUt [s][t], Pt [s][t].  After phase B, Y and G are dead: dY [t][j']
+       takes Y's place and dYt [j'][t] G's; after phase D1, dZ [s][j'] takes dA's, dZt [j'][s] dAt's. */
+    __local float *sG = lm, *sGt = lm + BLK * BP, *sY = lm + 2 * BLK * BP, *sYt = lm + 3 * BLK * BP;
+    __local float *sdA = lm + 4 * BLK * BP, *sdAt = lm + 5 * BLK * BP, *sdSU = lm + 6 * BLK * BP;
+    __local float *sdSUt = lm + 7 * BLK * BP, *sPt = lm + 8 * BLK * BP;
+    __local float *sdY = sY, *sdYt = sG, *sdZ = sdA, *sdZt = sdAt;
+    __local float *T0 = lm + BW_MATS * BLK * BP, *T1 = T0 + BW_TILE, *T2 = T1 + BW_TILE;
+    __local float *T3 = T2 + BW_TILE, *T4 = T3 + BW_TILE, *T5 = T4 + BW_TILE, *T6 = T5 + BW_TILE;
+    __local float *sDelta = T6 + BW_TILE, *sLse = sDelta + BLK;
 
     const int col = lid % BLK, row0 = lid / BLK;
-    float s1[EPT], s2[EPT], dp[EPT], g[EPT];
-    for (int r = 0; r < EPT; ++r)
-        s1[r] = s2[r] = dp[r] = g[r] = 0.0f;
+    float g[EPT], gv[EPT];
+    vfloat a1[EPT], a2[EPT], ap[EPT];
+    for (int r = 0; r < EPT; ++r) {
+        g[r] = gv[r] = 0.0f;
+        a1[r] = a2[r] = ap[r] = (vfloat)(0.0f);
+    }
 
-    /* Phase A1: the gate logits QU[T_j] KU[T_i]^T, then G and Y = X[T_i, T_i] (masked) in local. */
+    /* Phase A1: the gate logits QU[T_j] KU[T_i]^T, then G, Gt, Y, Yt (Y = the forward's masked X). */
     if (gate) {
+        vfloat ag[EPT];
+        for (int r = 0; r < EPT; ++r)
+            ag[r] = (vfloat)(0.0f);
         for (int c0 = 0; c0 < d; c0 += DT) {
             load_tile(T0, pqu, squ.z, s0, L, c0, d);
             load_tile(T1, pku, sku.z, t0, L, c0, d);
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int r = 0; r < EPT; ++r) {
                 const int rr = row0 + r * RSTEP;
-                for (int c = 0; c < DT; ++c)
-                    g[r] += T0[rr * TS + c] * T1[col * TS + c];
+                for (int c = 0; c < DT; c += VW)
+                    ag[r] += VLOAD(T0 + rr * TS + c) * VLOAD(T1 + col * TS + c);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
@@ -100,23 +114,30 @@ void castle_backward_block(const int k, const int L, const int d, const int H, c
             const int rr = row0 + r * RSTEP;
             const int s = s0 + rr, jp = t0 + col;
             const bool allowed = s < L && jp < L && s < jp && (W == 0 || jp <= s + W);
-            sG[rr * BP + col] = allowed ? castle_sigmoid(sc * g[r]) : 0.0f;
-            sY[rr * BP + col] = X[rr * BLK + col];
-            g[r] = 0.0f; /* reused for dG below */
+            const float gval = allowed ? castle_sigmoid(sc * vsum(ag[r])) : 0.0f;
+            gv[r] = gval; /* entry (s = rr, j' = col), kept for dZ */
+            sG[rr * BP + col] = gval;
+            sGt[col * BP + rr] = gval;
+            const float y = X[rr * BLK + col]; /* entry (t = rr, j' = col) */
+            sY[rr * BP + col] = y;
+            sYt[col * BP + rr] = y;
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Phase A2: roll D_j back to D_j^(k) (into W and the local tile T5), Delta = rowsum(dO * O),
-       and the products QC KC^T, QC D_j^(k), dO VC^T. */
-    float delta = 0.0f;
+    /* Phase A2: roll D_j back to D_j^(k) (into W and the tile T5), Delta = rowsum(dO * O), and the
+       products QC KC^T, QC D_j^(k), dO VC^T.  T4 holds VU[T_i] transposed for the roll-back, T6 O.
+       Delta and dO VC^T accumulate in the same lane order, so that dA = P (dP - Delta) is exactly 0
+       where the two agree exactly (a row with a single key: O = VC). */
+    vfloat delta = (vfloat)(0.0f);
     for (int c0 = 0; c0 < d; c0 += DT) {
         load_tile(T0, pqc, sqc.z, t0, L, c0, d);
         load_tile(T1, pkc, skc.z, s0, L, c0, d);
         load_tile(T2, pdo, sdo.z, t0, L, c0, d);
         load_tile(T3, pvc, svc.z, s0, L, c0, d);
+        load_tile(T6, po, so.z, t0, L, c0, d);
         if (gate && k > 0)
-            load_tile(T4, pvu, svu.z, t0, L, c0, d);
+            load_tile_t(T4, pvu, svu.z, t0, L, c0, d);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k > 0)
             for (int e = 0; e < EPC; ++e) {
@@ -128,38 +149,35 @@ void castle_backward_block(const int k, const int L, const int d, const int H, c
                     const ulong off = (ulong)s * d + gc;
                     hi = Dsrc_hi[off];
                     lo = Dsrc_lo[off];
-                    if (gate) {
-                        float term = 0.0f;
-                        for (int jj = 0; jj < BLK; ++jj)
-                            term += sG[rr * BP + jj] * T4[jj * TS + c];
-                        pair_add(&hi, &lo, -term);
-                    }
+                    if (gate)
+                        pair_add(&hi, &lo, -ldot(sG + rr * BP, T4 + c * BP, BLK));
                     Whi[off] = hi;
                     Wlo[off] = lo;
                 }
                 T5[rr * TS + c] = hi;
             }
-        if (lid < BLK && t0 + lid < L)
-            for (int c = 0; c < DT && c0 + c < d; ++c)
-                delta += T2[lid * TS + c] * po[(ulong)(t0 + lid) * so.z + c0 + c];
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < BLK)
+            for (int c = 0; c < DT; c += VW)
+                delta += VLOAD(T2 + lid * TS + c) * VLOAD(T6 + lid * TS + c);
         for (int r = 0; r < EPT; ++r) {
             const int rr = row0 + r * RSTEP;
-            for (int c = 0; c < DT; ++c) {
-                s1[r] += T0[rr * TS + c] * T1[col * TS + c];
-                dp[r] += T2[rr * TS + c] * T3[col * TS + c];
+            for (int c = 0; c < DT; c += VW) {
+                const vfloat q = VLOAD(T0 + rr * TS + c);
+                a1[r] += q * VLOAD(T1 + col * TS + c);
+                ap[r] += VLOAD(T2 + rr * TS + c) * VLOAD(T3 + col * TS + c);
             }
         }
         if (k > 0)
             for (int r = 0; r < EPT; ++r) {
                 const int rr = row0 + r * RSTEP;
-                for (int c = 0; c < DT; ++c)
-                    s2[r] += T0[rr * TS + c] * T5[col * TS + c];
+                for (int c = 0; c < DT; c += VW)
+                    a2[r] += VLOAD(T0 + rr * TS + c) * VLOAD(T5 + col * TS + c);
             }
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     }
     if (lid < BLK) {
-        sDelta[lid] = delta;
+        sDelta[lid] = vsum(delta);
         sLse[lid] = (t0 + lid < L) ? lse[tensor_offset(slse, b, h, t0 + lid)] : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -168,56 +186,62 @@ void castle_backward_block(const int k, const int L, const int d, const int H, c
     for (int r = 0; r < EPT; ++r) {
         const int rr = row0 + r * RSTEP;
         const int t = t0 + rr, s = s0 + col;
-        float su = sc * s2[r];
+        float su = sc * vsum(a2[r]);
         if (gate)
-            for (int jj = 0; jj < BLK; ++jj)
-                su += sY[rr * BP + jj] * sG[col * BP + jj];
+            su += ldot(sY + rr * BP, sG + col * BP, BLK);
         float p = 0.0f;
         if (t < L && s < L && !(k == 0 && s > t))
-            p = exp(sc * s1[r] - castle_silu(su) - sLse[rr]);
-        const float da = p * (dp[r] - sDelta[rr]);
-        sP[rr * BP + col] = p;
+            p = exp(sc * vsum(a1[r]) - castle_silu(su) - sLse[rr]);
+        const float da = p * (vsum(ap[r]) - sDelta[rr]);
+        const float dsu = -castle_silu_grad(su) * da;
+        sPt[col * BP + rr] = p;
         sdA[rr * BP + col] = da;
-        sdSU[rr * BP + col] = -castle_silu_grad(su) * da;
+        sdAt[col * BP + rr] = da;
+        sdSU[rr * BP + col] = dsu;
+        sdSUt[col * BP + rr] = dsu;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Phase C: dY = (dSU G) masked j' <= t, and the dSU^T Y part of dG (entries s = row, j' = col). */
+    /* Phase C: dY = (dSU G) masked j' <= t (into Y's and G's places), and the dSU^T Y part of dG
+       (entries s = row, j' = col). */
     if (gate) {
+        float dy[EPT];
         for (int r = 0; r < EPT; ++r) {
             const int rr = row0 + r * RSTEP;
-            float dy = 0.0f, dg = 0.0f;
-            for (int q = 0; q < BLK; ++q) {
-                dy += sdSU[rr * BP + q] * sG[q * BP + col];
-                dg += sdSU[q * BP + rr] * sY[q * BP + col];
-            }
-            sdY[rr * BP + col] = col <= rr ? dy : 0.0f;
-            g[r] = dg;
+            dy[r] = col <= rr ? ldot(sdSU + rr * BP, sGt + col * BP, BLK) : 0.0f;
+            g[r] = ldot(sdSUt + rr * BP, sYt + col * BP, BLK);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* every read of G and Y is done */
+        for (int r = 0; r < EPT; ++r) {
+            const int rr = row0 + r * RSTEP;
+            sdY[rr * BP + col] = dy[r];
+            sdYt[col * BP + rr] = dy[r];
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Phase D1: the d-wide products.  Tiles: T0 QC[T_i], T1 KC[T_j], T2 dO[T_i], T3 VU[T_i],
-       T4 D_j^(k) (W, written in phase A2), T5 dD_j (gradient of D_j^(k+1); 0 at the first touch). */
+    /* Phase D1: the d-wide products.  Tiles, transposed (column c first): T0 QC[T_i], T1 KC[T_j],
+       T2 dO[T_i], T3 VU[T_i], T4 D_j^(k) (W, written in phase A2), T5 dD_j (gradient of D_j^(k+1);
+       0 at the first touch). */
     for (int c0 = 0; c0 < d; c0 += DT) {
-        load_tile(T0, pqc, sqc.z, t0, L, c0, d);
-        load_tile(T1, pkc, skc.z, s0, L, c0, d);
-        load_tile(T2, pdo, sdo.z, t0, L, c0, d);
-        load_tile(T3, pvu, svu.z, t0, L, c0, d);
+        load_tile_t(T0, pqc, sqc.z, t0, L, c0, d);
+        load_tile_t(T1, pkc, skc.z, s0, L, c0, d);
+        load_tile_t(T2, pdo, sdo.z, t0, L, c0, d);
+        load_tile_t(T3, pvu, svu.z, t0, L, c0, d);
         if (k > 0)
-            load_tile(T4, Whi, (ulong)d, s0, L, c0, d);
+            load_tile_t(T4, Whi, (ulong)d, s0, L, c0, d);
         if (first_col) {
             for (int e = lid; e < BLK * DT; e += NT)
-                T5[(e / DT) * TS + e % DT] = 0.0f;
+                T5[(e % DT) * BP + e / DT] = 0.0f;
         } else {
-            load_tile(T5, dD, (ulong)d, s0, L, c0, d);
+            load_tile_t(T5, dD, (ulong)d, s0, L, c0, d);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (gate) /* dG += dD_j^T VU[T_i]^T (entries s = row, j' = col) */
             for (int r = 0; r < EPT; ++r) {
                 const int rr = row0 + r * RSTEP;
                 for (int c = 0; c < DT; ++c)
-                    g[r] += T5[rr * TS + c] * T3[col * TS + c];
+                    g[r] += T5[c * BP + rr] * T3[c * BP + col];
             }
         for (int e = 0; e < EPC; ++e) {
             const int idx = lid + e * NT;
@@ -227,20 +251,12 @@ void castle_backward_block(const int k, const int L, const int d, const int H, c
             /* row block i: rr is t (dQC) or j' (dVU) */
             const int t = t0 + rr;
             if (t < L) {
-                float vq = 0.0f, vv = 0.0f;
-                for (int q = 0; q < BLK; ++q)
-                    vq += sdA[rr * BP + q] * T1[q * TS + c];
+                float vq = ldot(sdA + rr * BP, T1 + c * BP, BLK), vv = 0.0f;
                 if (k > 0)
-                    for (int q = 0; q < BLK; ++q)
-                        vq += sdSU[rr * BP + q] * T4[q * TS + c];
+                    vq += ldot(sdSU + rr * BP, T4 + c * BP, BLK);
                 if (gate) {
-                    float vy = 0.0f;
-                    for (int q = 0; q < BLK; ++q) {
-                        vq += sdY[rr * BP + q] * T3[q * TS + c];
-                        vy += sdY[q * BP + rr] * T0[q * TS + c];
-                        vv += sG[q * BP + rr] * T5[q * TS + c];
-                    }
-                    vv += sc * vy;
+                    vq += ldot(sdY + rr * BP, T3 + c * BP, BLK);
+                    vv = ldot(sGt + rr * BP, T5 + c * BP, BLK) + sc * ldot(sdYt + rr * BP, T0 + c * BP, BLK);
                 }
                 accumulate(dqc + tensor_offset(sdqc, b, h, t) + gc, first_row, sc * vq);
                 accumulate(dvu + tensor_offset(sdvu, b, h, t) + gc, first_row, vv);
@@ -248,35 +264,31 @@ void castle_backward_block(const int k, const int L, const int d, const int H, c
             /* column block j: rr is s */
             const int s = s0 + rr;
             if (s < L) {
-                float vc_ = 0.0f, vk = 0.0f, vd = 0.0f;
-                for (int q = 0; q < BLK; ++q) {
-                    vc_ += sP[q * BP + rr] * T2[q * TS + c];
-                    vk += sdA[q * BP + rr] * T0[q * TS + c];
-                    vd += T0[q * TS + c] * sdSU[q * BP + rr];
-                }
-                accumulate(dvc + tensor_offset(sdvc, b, h, s) + gc, first_col, vc_);
-                accumulate(dkc + tensor_offset(sdkc, b, h, s) + gc, first_col, sc * vk);
-                dD[(ulong)s * d + gc] = T5[rr * TS + c] + sc * vd;
+                accumulate(dvc + tensor_offset(sdvc, b, h, s) + gc, first_col, ldot(sPt + rr * BP, T2 + c * BP, BLK));
+                accumulate(dkc + tensor_offset(sdkc, b, h, s) + gc, first_col,
+                           sc * ldot(sdAt + rr * BP, T0 + c * BP, BLK));
+                dD[(ulong)s * d + gc] = T5[c * BP + rr] + sc * ldot(sdSUt + rr * BP, T0 + c * BP, BLK);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    /* dZ = dG G (1 - G) on the allowed gate entries, into sP (P is no longer needed). */
+    /* dZ = dG G (1 - G) on the allowed gate entries (G = 0 elsewhere), into dA's and dAt's places. */
     if (gate) {
         for (int r = 0; r < EPT; ++r) {
             const int rr = row0 + r * RSTEP;
-            const float gv = sG[rr * BP + col];
-            sP[rr * BP + col] = g[r] * gv * (1.0f - gv); /* 0 where the gate is masked (gv = 0) */
+            const float dz = g[r] * gv[r] * (1.0f - gv[r]);
+            sdZ[rr * BP + col] = dz;
+            sdZt[col * BP + rr] = dz;
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Phase D2: dKU[T_i] += sc dZ^T QU[T_j], dQU[T_j] += sc dZ KU[T_i]. */
+    /* Phase D2: dKU[T_i] += sc dZ^T QU[T_j], dQU[T_j] += sc dZ KU[T_i] (tiles transposed). */
     for (int c0 = 0; c0 < d && (gate || first_row || first_col); c0 += DT) {
         if (gate) {
-            load_tile(T0, pqu, squ.z, s0, L, c0, d);
-            load_tile(T1, pku, sku.z, t0, L, c0, d);
+            load_tile_t(T0, pqu, squ.z, s0, L, c0, d);
+            load_tile_t(T1, pku, sku.z, t0, L, c0, d);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int e = 0; e < EPC; ++e) {
@@ -285,11 +297,10 @@ void castle_backward_block(const int k, const int L, const int d, const int H, c
             if (gc >= d)
                 continue;
             float vk = 0.0f, vq = 0.0f;
-            if (gate)
-                for (int q = 0; q < BLK; ++q) {
-                    vk += sP[q * BP + rr] * T0[q * TS + c];
-                    vq += sP[rr * BP + q] * T1[q * TS + c];
-                }
+            if (gate) {
+                vk = ldot(sdZt + rr * BP, T0 + c * BP, BLK);
+                vq = ldot(sdZ + rr * BP, T1 + c * BP, BLK);
+            }
             if (t0 + rr < L && (gate || first_row))
                 accumulate(dku + tensor_offset(sdku, b, h, t0 + rr) + gc, first_row, sc * vk);
             if (s0 + rr < L && (gate || first_col))
@@ -297,4 +308,29 @@ void castle_backward_block(const int k, const int L, const int d, const int H, c
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+}
+
+/* One launch per anti-diagonal k: work-group (j, bh). */
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
+void castle_backward_block(const int k, BACKWARD_BLOCK_PARAMS)
+{
+    __local float lm[LM_BW];
+    backward_block(lm, k, get_group_id(0), get_group_id(1), BACKWARD_BLOCK_ARGS);
+}
+
+/* All anti-diagonals in one launch, for short sequences: work-group (0, bh) walks the block pairs
+   of its batch entry and head in wavefront order, a barrier between pairs making each pair's
+   global writes visible to the next (the dependencies never cross batch entries or heads).  The
+   first argument is unused (the per-diagonal kernel's k). */
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
+void castle_backward_fold(const int unused, BACKWARD_BLOCK_PARAMS)
+{
+    __local float lm[LM_BW];
+    const int N = (L + BLK - 1) / BLK;
+    (void)unused;
+    for (int k = N - 1; k >= 0; --k)
+        for (int j = 0; j + k < N; ++j) {
+            backward_block(lm, k, j, get_group_id(1), BACKWARD_BLOCK_ARGS);
+            barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+        }
 }

@@ -33,12 +33,19 @@
 #ifndef MAXD
 #define MAXD 256 /* CASTLE_MAX_HEAD_DIM */
 #endif
-/* Decode: a work-group is TEAMS teams of DLN lanes; a team handles one cache row at a time, lane l
-   columns l, l + DLN, ...  (adjacent lanes read adjacent floats). */
-#define DNT (NT > 256 ? 256 : NT) /* work-group size of the decode kernels: local memory stays < 25 KiB */
-#define DLN (DNT >= 16 ? DNT / 16 : 1)
+/* Decode: a work-group of DNT work-items is TEAMS teams of DLN lanes; a team handles one cache row
+   at a time.  On SIMD (CPU) tunings, VW > 1 (common.cl), a work-item is an iteration of a loop: each
+   takes whole rows, float4 at a time.  Otherwise (GPUs) work-groups of 128 or more give a row 8 or
+   16 lanes, adjacent lanes on adjacent floats.  The host reads DNT back from the compiled kernel.
+   Local memory stays below 24 KiB. */
+#if VW > 1
+#define DNT (NT > 64 ? 64 : NT)
+#define DLN 1
+#else
+#define DNT (NT > 256 ? 256 : NT)
+#define DLN (DNT >= 128 ? DNT / 16 : 1)
+#endif
 #define TEAMS (DNT / DLN)
-#define ACCN ((MAXD + DLN - 1) / DLN)
 
 /* ---- prefill --------------------------------------------------------------------------------- */
 
@@ -147,8 +154,37 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
 
 /* ---- decode ---------------------------------------------------------------------------------- */
 
+/* A lane's columns: quads q = lane + DLN i (float4; adjacent lanes on adjacent quads) below d / 4,
+   then the d % 4 tail columns 4 (d / 4) + lane + DLN i.  Loops run to the compile-time bounds ACCQ,
+   ACCT (and break), so that a GPU keeps a lane's accumulators in registers. */
+#define ACCQ ((MAXD / 4 + DLN - 1) / DLN) /* quads per lane */
+#define ACCT ((3 + DLN - 1) / DLN)        /* tail columns per lane */
+#define MB 64                             /* columns per block of the team merge */
+
+/* This lane's part of a . b over a row (global) and a staged vector (local). */
+inline float lane_dot(__global const float *a, __local const float *b, int lane, int d)
+{
+    const int nq = d >> 2;
+    float4 s4 = (float4)(0.0f);
+    for (int i = 0; i < ACCQ; ++i) {
+        const int q = lane + DLN * i;
+        if (q >= nq)
+            break;
+        s4 += vload4(q, a) * vload4(q, b);
+    }
+    float s = (s4.x + s4.y) + (s4.z + s4.w);
+    for (int i = 0; i < ACCT; ++i) {
+        const int c = 4 * nq + lane + DLN * i;
+        if (c >= d)
+            break;
+        s += a[c] * b[c];
+    }
+    return s;
+}
+
 /* Work-group (chunk, bh) for the token in input row `row` at position t = lens[b] + pos0: rows
-   s in [chunk * S, min(chunk * S + S, t + 1)) of the cache.  part: (BH x nchunks x (d + 2)) floats,
+   s in [chunk * S, min(chunk * S + S, t + 1)) of the cache, TEAMS rows per pass (team j: row
+   pass start + j), merged at the end through local memory.  part: (BH x nchunks x (d + 2)) floats,
    the chunk's acc[0..d) then m, l. */
 __kernel __attribute__((reqd_work_group_size(DNT, 1, 1)))
 void castle_cache_decode_attend(const int pos0, const int row, const int S, const int nchunks, const int d,
@@ -163,8 +199,8 @@ void castle_cache_decode_attend(const int pos0, const int row, const int S, cons
                                 __global float *cvc, __global float *part)
 {
     __local float lq[MAXD], lk[MAXD], lv[MAXD]; /* qC_t, kU_t, vU_t */
-    __local float rg[DNT], rx[2 * DNT], rk[2 * DNT];
-    __local float tm[TEAMS], tl[TEAMS], tacc[TEAMS * MAXD];
+    __local float rg[DNT], rx[DNT], rk[DNT];    /* per-lane partial dot products */
+    __local float tm[TEAMS], tl[TEAMS], tacc[TEAMS * MB];
     const int lid = get_local_id(0), lane = lid % DLN, team = lid / DLN;
     const int chunk = get_group_id(0), bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;
@@ -173,6 +209,7 @@ void castle_cache_decode_attend(const int pos0, const int row, const int S, cons
     if (s0 > t) /* uniform over the work-group */
         return;
     const int s1 = min(s0 + S, t + 1);
+    const int nq = d >> 2;
     __global const float *in_kc = kc + tensor_offset(skc, b, h, row);
     __global const float *in_vc = vc + tensor_offset(svc, b, h, row);
     {
@@ -191,103 +228,139 @@ void castle_cache_decode_attend(const int pos0, const int row, const int S, cons
     __global float *VC = cvc + (ulong)bh * cap * d;
     __global const float *QU = cqu + (ulong)bh * R * d;
     const int wlo = W > 0 ? max(0, t - W) : 0; /* rows [wlo, t) take the rank-1 update */
-    const bool any_gate = max(s0, wlo) < min(s1, t);
 
-    float m = -INFINITY, l = 0.0f, acc[ACCN];
-    for (int q = 0; q < ACCN; ++q)
-        acc[q] = 0.0f;
-    int par = 0;
-    for (int sb = s0; sb < s1; sb += TEAMS, par ^= 1) {
+    float m = -INFINITY, l = 0.0f;
+    float4 acc4[ACCQ];
+    float acct[ACCT];
+    for (int i = 0; i < ACCQ; ++i)
+        acc4[i] = (float4)(0.0f);
+    for (int i = 0; i < ACCT; ++i)
+        acct[i] = 0.0f;
+    for (int sb = s0; sb < s1; sb += TEAMS) {
         const int s = sb + team;
         const bool valid = s < s1;
         const bool upd = valid && s >= wlo && s < t;
-        float gate = 0.0f;
-        if (any_gate) { /* G[s,t] = sigmoid(sc qU_s . kU_t) */
-            float pg = 0.0f;
-            if (upd) {
-                __global const float *qrow = QU + (ulong)(s % R) * d;
-                for (int c = lane; c < d; c += DLN)
-                    pg += qrow[c] * lk[c];
-            }
-            rg[lid] = pg;
-            barrier(CLK_LOCAL_MEM_FENCE);
-            float g = 0.0f;
-            for (int q = 0; q < DLN; ++q)
-                g += rg[team * DLN + q];
-            gate = upd ? castle_sigmoid(sc * g) : 0.0f;
-        }
-        float px = 0.0f, pk = 0.0f; /* qC_t . u_s and qC_t . kC_s, this lane's columns */
-        if (valid) {
-            __global float *urow = U + (ulong)s * d;
-            __global float *krow = KC + (ulong)s * d;
-            if (s == t) { /* the new token: u_t = 0, append kC_t and vC_t */
-                __global float *vrow = VC + (ulong)s * d;
-                for (int c = lane; c < d; c += DLN) {
-                    const float kv = in_kc[c];
-                    urow[c] = 0.0f;
-                    krow[c] = kv;
-                    vrow[c] = in_vc[c];
-                    pk += lq[c] * kv;
-                }
-            } else {
-                for (int c = lane; c < d; c += DLN) {
-                    float u = urow[c];
-                    if (upd) {
-                        u += gate * lv[c];
-                        urow[c] = u;
-                    }
-                    px += lq[c] * u;
-                    pk += lq[c] * krow[c];
-                }
-            }
-        }
-        /* rx, rk alternate halves by pass: the barrier of the next pass separates these reads
-           from the writes two passes on. */
-        rx[par * DNT + lid] = px;
-        rk[par * DNT + lid] = pk;
+        /* G[s,t] = sigmoid(sc qU_s . kU_t).  (The barrier is unconditional: some compilers
+           mishandle barriers under a condition inside a loop, even a uniform one.) */
+        rg[lid] = upd ? lane_dot(QU + (ulong)(s % R) * d, lk, lane, d) : 0.0f;
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (valid) {
+        float g = 0.0f;
+        for (int i = 0; i < DLN; ++i)
+            g += rg[team * DLN + i];
+        const float gate = upd ? castle_sigmoid(sc * g) : 0.0f;
+        float px = 0.0f, pk = 0.0f; /* qC_t . u_s and qC_t . kC_s, this lane's columns */
+        if (valid && s == t) {      /* the new token: u_t = 0, append kC_t and vC_t */
+            __global float *urow = U + (ulong)s * d, *krow = KC + (ulong)s * d, *vrow = VC + (ulong)s * d;
+            for (int c = lane; c < d; c += DLN) {
+                urow[c] = 0.0f;
+                krow[c] = in_kc[c];
+                vrow[c] = in_vc[c];
+            }
+            pk = lane_dot(in_kc, lq, lane, d);
+        } else if (valid) {
+            __global float *urow = U + (ulong)s * d;
+            __global const float *krow = KC + (ulong)s * d;
+            float4 x4 = (float4)(0.0f), k4 = (float4)(0.0f);
+            for (int i = 0; i < ACCQ; ++i) {
+                const int q = lane + DLN * i;
+                if (q >= nq)
+                    break;
+                float4 u = vload4(q, urow);
+                const float4 qq = vload4(q, lq);
+                if (upd) {
+                    u += gate * vload4(q, lv);
+                    vstore4(u, q, urow);
+                }
+                x4 += qq * u;
+                k4 += qq * vload4(q, krow);
+            }
+            px = (x4.x + x4.y) + (x4.z + x4.w);
+            pk = (k4.x + k4.y) + (k4.z + k4.w);
+            for (int i = 0; i < ACCT; ++i) {
+                const int c = 4 * nq + lane + DLN * i;
+                if (c >= d)
+                    break;
+                float u = urow[c];
+                if (upd) {
+                    u += gate * lv[c];
+                    urow[c] = u;
+                }
+                px += lq[c] * u;
+                pk += lq[c] * krow[c];
+            }
+        }
+        /* Two barriers per pass: each separates one buffer's writes from its reads, and the other
+           barrier separates those reads from the next pass's writes. */
+        rx[lid] = px;
+        rk[lid] = pk;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (valid) { /* the team's online softmax */
             float x = 0.0f, k = 0.0f;
-            for (int q = 0; q < DLN; ++q) {
-                x += rx[par * DNT + team * DLN + q];
-                k += rk[par * DNT + team * DLN + q];
+            for (int i = 0; i < DLN; ++i) {
+                x += rx[team * DLN + i];
+                k += rk[team * DLN + i];
             }
             const float a = sc * k - castle_silu(sc * x);
             const float mn = fmax(m, a);
-            const float alpha = (m == -INFINITY) ? 0.0f : exp(m - mn);
+            const float alpha = exp(m - mn); /* 0 while m = -inf */
             const float p = exp(a - mn);
             l = l * alpha + p;
             __global const float *vrow = (s == t) ? in_vc : VC + (ulong)s * d;
-            for (int c = lane, q = 0; c < d; c += DLN, ++q)
-                acc[q] = acc[q] * alpha + p * vrow[c];
+            for (int i = 0; i < ACCQ; ++i) {
+                const int q = lane + DLN * i;
+                if (q >= nq)
+                    break;
+                acc4[i] = acc4[i] * alpha + p * vload4(q, vrow);
+            }
+            for (int i = 0; i < ACCT; ++i) {
+                const int c = 4 * nq + lane + DLN * i;
+                if (c >= d)
+                    break;
+                acct[i] = acct[i] * alpha + p * vrow[c];
+            }
             m = mn;
         }
     }
 
-    /* Merge the teams: each team's (m, l, acc) through local memory. */
+    /* Merge the teams, MB columns at a time: acc = sum_j acc_j exp(m_j - max m). */
     if (lane == 0) {
         tm[team] = m;
         tl[team] = l;
     }
-    for (int c = lane, q = 0; c < d; c += DLN, ++q)
-        tacc[team * d + c] = acc[q];
     barrier(CLK_LOCAL_MEM_FENCE);
     float mx = -INFINITY;
-    for (int q = 0; q < TEAMS; ++q)
-        mx = fmax(mx, tm[q]);
+    for (int i = 0; i < TEAMS; ++i)
+        mx = fmax(mx, tm[i]);
+    const float scale = exp(m - mx); /* 0 for a team that saw no row */
     __global float *pp = part + ((ulong)bh * nchunks + chunk) * (d + 2);
-    for (int c = lid; c < d; c += DNT) {
-        float a = 0.0f;
-        for (int q = 0; q < TEAMS; ++q)
-            if (tm[q] != -INFINITY)
-                a += tacc[q * d + c] * exp(tm[q] - mx);
-        pp[c] = a;
+    for (int cb = 0; cb < d; cb += MB) {
+        for (int i = 0; i < ACCQ; ++i) {
+            const int q = lane + DLN * i, c = 4 * q;
+            if (q >= nq)
+                break;
+            if (c >= cb && c < cb + MB) /* MB is a multiple of 4: quads never straddle blocks */
+                vstore4(acc4[i] * scale, 0, tacc + team * MB + (c - cb));
+        }
+        for (int i = 0; i < ACCT; ++i) {
+            const int c = 4 * nq + lane + DLN * i;
+            if (c >= d)
+                break;
+            if (c >= cb && c < cb + MB)
+                tacc[team * MB + (c - cb)] = acct[i] * scale;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int c = cb + lid; c < min(cb + MB, d); c += DNT) {
+            float a = 0.0f;
+            for (int i = 0; i < TEAMS; ++i)
+                a += tacc[i * MB + (c - cb)];
+            pp[c] = a;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (lid == 0) {
         float sum = 0.0f;
-        for (int q = 0; q < TEAMS; ++q)
-            if (tm[q] != -INFINITY)
-                sum += tl[q] * exp(tm[q] - mx);
+        for (int i = 0; i < TEAMS; ++i)
+            sum += tl[i] * exp(tm[i] - mx);
         pp[d] = mx;
         pp[d + 1] = sum;
     }

@@ -13,12 +13,88 @@
 #ifndef DT
 #define DT 32           /* columns of d staged through local memory per step */
 #endif
+#ifndef VW
+#define VW 8            /* SIMD width of the dot products: 1, 4, 8 or 16; divides BLK and DT */
+#endif
 
 #define TS (DT + 1)     /* padded row stride of a BLK x DT tile in local memory */
 #define BP (BLK + 1)    /* padded row stride of a BLK x BLK matrix in local memory */
 #define RSTEP (NT / BLK)          /* rows between the entries one work-item owns */
 #define EPT (BLK * BLK / NT)      /* entries of a BLK x BLK matrix per work-item */
 #define EPC (BLK * DT / NT)       /* entries of a BLK x DT tile per work-item */
+
+/* Dot products accumulate in VW-wide vectors and are summed across lanes once: explicit SIMD for
+   CPU devices, whose compilers may not reorder a scalar float reduction; VW = 1 is plain scalar
+   code (GPUs).  The summation order is fixed, so results stay bitwise reproducible. */
+#if VW == 1
+typedef float vfloat;
+#define VLOAD(p) (*(p))
+#define VSTORE(v, p) (*(p) = (v))
+inline float vsum(float v) { return v; }
+inline float vmax(float v) { return v; }
+#elif VW == 4
+typedef float4 vfloat;
+#define VLOAD(p) vload4(0, (p))
+#define VSTORE(v, p) vstore4((v), 0, (p))
+inline float vsum(float4 v)
+{
+    const float2 a = v.lo + v.hi;
+    return a.x + a.y;
+}
+inline float vmax(float4 v)
+{
+    const float2 a = fmax(v.lo, v.hi);
+    return fmax(a.x, a.y);
+}
+#elif VW == 8
+typedef float8 vfloat;
+#define VLOAD(p) vload8(0, (p))
+#define VSTORE(v, p) vstore8((v), 0, (p))
+inline float vsum(float8 v)
+{
+    const float4 a = v.lo + v.hi;
+    const float2 b = a.lo + a.hi;
+    return b.x + b.y;
+}
+inline float vmax(float8 v)
+{
+    const float4 a = fmax(v.lo, v.hi);
+    const float2 b = fmax(a.lo, a.hi);
+    return fmax(b.x, b.y);
+}
+#elif VW == 16
+typedef float16 vfloat;
+#define VLOAD(p) vload16(0, (p))
+#define VSTORE(v, p) vstore16((v), 0, (p))
+inline float vsum(float16 v)
+{
+    const float8 a = v.lo + v.hi;
+    const float4 b = a.lo + a.hi;
+    const float2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+inline float vmax(float16 v)
+{
+    const float8 a = fmax(v.lo, v.hi);
+    const float4 b = fmax(a.lo, a.hi);
+    const float2 c = fmax(b.lo, b.hi);
+    return fmax(c.x, c.y);
+}
+#else
+#error "VW must be 1, 4, 8 or 16"
+#endif
+#if (BLK % VW) != 0 || (DT % VW) != 0
+#error "VW must divide BLK and DT"
+#endif
+
+/* sum_{k < n} a[k] b[k], n a multiple of VW, both operands contiguous in local memory. */
+inline float ldot(__local const float *a, __local const float *b, int n)
+{
+    vfloat acc = (vfloat)(0.0f);
+    for (int k = 0; k < n; k += VW)
+        acc += VLOAD(a + k) * VLOAD(b + k);
+    return vsum(acc);
+}
 
 /* Element offset of (batch b, head h, row r) for strides s = (batch, head, row, unused). */
 inline ulong tensor_offset(ulong4 s, uint b, uint h, uint r)
@@ -55,6 +131,18 @@ inline void pair_add(float *hi, float *lo, float x)
     const float l = *lo + err;
     *hi = s + l;
     *lo = l - (*hi - s);
+}
+
+/* As load_tile, but stores the tile transposed: t[c * BP + r] (DT x BP).  A work-group reads a
+   transposed tile with consecutive work-items on consecutive addresses, which lets CPU compilers
+   vectorise across work-items and avoids local-memory bank conflicts on GPUs. */
+inline void load_tile_t(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int d)
+{
+    for (int e = get_local_id(0); e < BLK * DT; e += NT) {
+        const int r = e / DT, c = e % DT;
+        const int gr = row0 + r, gc = c0 + c;
+        t[c * BP + r] = (gr < nrows && gc < d) ? p[(ulong)gr * rs + gc] : 0.0f;
+    }
 }
 
 /* Stages rows [row0, row0+BLK) x columns [c0, c0+DT) of a row-major matrix (row stride rs,

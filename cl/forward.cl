@@ -18,26 +18,26 @@
 #endif
 
 #define LM_P1 (6 * BLK * TS)
-#define LM_P2 (3 * BLK * BP + 2 * BLK + 2 * BLK * TS)
+#define LM_P2 (3 * BLK * BP + 2 * BLK + 2 * DT * BP)
 #define LM_SIZE (LM_P1 > LM_P2 ? LM_P1 : LM_P2)
 
-__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
-void castle_forward_block(const int k, const int L, const int d, const int H, const int W,
-                          const float sc,
-                          __global const float *qu, const ulong4 squ,
-                          __global const float *ku, const ulong4 sku,
-                          __global const float *vu, const ulong4 svu,
-                          __global const float *qc, const ulong4 sqc,
-                          __global const float *kc, const ulong4 skc,
-                          __global const float *vc, const ulong4 svc,
-                          __global float *o, const ulong4 so,
-                          __global float *lse, const ulong4 slse,
-                          __global float *ws, const ulong ws_dlo, const ulong ws_x, const ulong ws_ml)
+/* The kernels' shared parameters (after the launch index k) and the matching argument list. */
+#define FORWARD_BLOCK_PARAMS \
+    const int L, const int d, const int H, const int W, const float sc, __global const float *qu, \
+    const ulong4 squ, __global const float *ku, const ulong4 sku, __global const float *vu, \
+    const ulong4 svu, __global const float *qc, const ulong4 sqc, __global const float *kc, \
+    const ulong4 skc, __global const float *vc, const ulong4 svc, __global float *o, const ulong4 so, \
+    __global float *lse, const ulong4 slse, __global float *ws, const ulong ws_dlo, const ulong ws_x, \
+    const ulong ws_ml
+#define FORWARD_BLOCK_ARGS \
+    L, d, H, W, sc, qu, squ, ku, sku, vu, svu, qc, sqc, kc, skc, vc, svc, o, so, lse, slse, ws, ws_dlo, \
+    ws_x, ws_ml
+
+/* The block pair (i = j + k, j) of batch entry x head bh, computed by the whole work-group. */
+inline void forward_block(__local float *lm, const int k, const int j, const int bh, FORWARD_BLOCK_PARAMS)
 {
-    __local float lm[LM_SIZE];
     const int lid = get_local_id(0);
-    const int j = get_group_id(0), i = j + k;
-    const int bh = get_group_id(1);
+    const int i = j + k;
     const uint b = bh / H, h = bh % H;
     const int N = (L + BLK - 1) / BLK, Lpad = N * BLK;
     const int t0 = i * BLK; /* first query row of T_i */
@@ -61,10 +61,11 @@ void castle_forward_block(const int k, const int L, const int d, const int H, co
 
     const int col = lid % BLK, row0 = lid / BLK;
 
-    /* Phase 1: the BLK x BLK x d products, d staged through local memory in chunks of DT. */
-    float s1[EPT], s2[EPT], gl[EPT], xv[EPT];
+    /* Phase 1: the BLK x BLK x d products, d staged through local memory in chunks of DT; each
+       entry accumulates in VW lanes across all chunks and is summed across lanes at the end. */
+    vfloat a1[EPT], a2[EPT], ag[EPT], ax[EPT];
     for (int r = 0; r < EPT; ++r)
-        s1[r] = s2[r] = gl[r] = xv[r] = 0.0f;
+        a1[r] = a2[r] = ag[r] = ax[r] = (vfloat)(0.0f);
     __local float *tQC = lm, *tKC = lm + BLK * TS, *tD = lm + 2 * BLK * TS;
     __local float *tQU = lm + 3 * BLK * TS, *tKU = lm + 4 * BLK * TS, *tVU = lm + 5 * BLK * TS;
     for (int c0 = 0; c0 < d; c0 += DT) {
@@ -81,34 +82,41 @@ void castle_forward_block(const int k, const int L, const int d, const int H, co
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int r = 0; r < EPT; ++r) {
             const int rr = row0 + r * RSTEP;
-            for (int c = 0; c < DT; ++c)
-                s1[r] += tQC[rr * TS + c] * tKC[col * TS + c];
+            for (int c = 0; c < DT; c += VW)
+                a1[r] += VLOAD(tQC + rr * TS + c) * VLOAD(tKC + col * TS + c);
         }
         if (need_d)
             for (int r = 0; r < EPT; ++r) {
                 const int rr = row0 + r * RSTEP;
-                for (int c = 0; c < DT; ++c)
-                    s2[r] += tQC[rr * TS + c] * tD[col * TS + c];
+                for (int c = 0; c < DT; c += VW)
+                    a2[r] += VLOAD(tQC + rr * TS + c) * VLOAD(tD + col * TS + c);
             }
         if (gate) /* rows: s in T_j, columns: j' in T_i */
             for (int r = 0; r < EPT; ++r) {
                 const int rr = row0 + r * RSTEP;
-                for (int c = 0; c < DT; ++c)
-                    gl[r] += tQU[rr * TS + c] * tKU[col * TS + c];
+                for (int c = 0; c < DT; c += VW)
+                    ag[r] += VLOAD(tQU + rr * TS + c) * VLOAD(tKU + col * TS + c);
             }
         if (need_x) /* rows: t in T_i, columns: j' in T_i */
             for (int r = 0; r < EPT; ++r) {
                 const int rr = row0 + r * RSTEP;
-                for (int c = 0; c < DT; ++c)
-                    xv[r] += tQC[rr * TS + c] * tVU[col * TS + c];
+                for (int c = 0; c < DT; c += VW)
+                    ax[r] += VLOAD(tQC + rr * TS + c) * VLOAD(tVU + col * TS + c);
             }
         barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float s1[EPT], s2[EPT], gl[EPT], xv[EPT];
+    for (int r = 0; r < EPT; ++r) {
+        s1[r] = vsum(a1[r]);
+        s2[r] = vsum(a2[r]);
+        gl[r] = vsum(ag[r]);
+        xv[r] = vsum(ax[r]);
     }
 
     /* Phase 2: the gate block G[T_j, T_i] and the masked X[T_i, T_i] into local memory. */
     __local float *sG = lm, *sX = lm + BLK * BP, *sA = lm + 2 * BLK * BP;
     __local float *sAlpha = lm + 3 * BLK * BP, *sL = sAlpha + BLK;
-    __local float *tV = sL + BLK, *tW = tV + BLK * TS;
+    __local float *tV = sL + BLK, *tW = tV + DT * BP; /* transposed (DT x BP): contiguous in s, j' */
     if (gate) {
         for (int r = 0; r < EPT; ++r) {
             const int rr = row0 + r * RSTEP;
@@ -133,8 +141,7 @@ void castle_forward_block(const int k, const int L, const int d, const int H, co
         const int t = t0 + rr, s = s0 + col;
         float su = sc * s2[r];
         if (gate)
-            for (int jj = 0; jj < BLK; ++jj)
-                su += sX[rr * BP + jj] * sG[col * BP + jj];
+            su += ldot(sX + rr * BP, sG + col * BP, BLK);
         float a = sc * s1[r] - castle_silu(su);
         if (s >= L || (k == 0 && s > t))
             a = -INFINITY;
@@ -151,17 +158,20 @@ void castle_forward_block(const int k, const int L, const int d, const int H, co
                 m_old = ML[2 * t];
                 l_old = ML[2 * t + 1];
             }
-            float mx = m_old;
-            for (int s = 0; s < BLK; ++s)
-                mx = fmax(mx, sA[lid * BP + s]);
+            __local float *row = sA + lid * BP;
+            vfloat vm = (vfloat)(-INFINITY);
+            for (int s = 0; s < BLK; s += VW)
+                vm = fmax(vm, VLOAD(row + s));
+            const float mx = fmax(m_old, vmax(vm));
             /* mx is finite: the diagonal key of row t was seen at k = 0. */
             const float alpha = (k > 0) ? exp(m_old - mx) : 0.0f;
-            float sum = 0.0f;
-            for (int s = 0; s < BLK; ++s) {
-                const float p = exp(sA[lid * BP + s] - mx);
-                sA[lid * BP + s] = p;
-                sum += p;
+            vfloat vs = (vfloat)(0.0f);
+            for (int s = 0; s < BLK; s += VW) {
+                const vfloat p = exp(VLOAD(row + s) - mx);
+                VSTORE(p, row + s);
+                vs += p;
             }
+            const float sum = vsum(vs);
             const float l_new = l_old * alpha + sum;
             sAlpha[lid] = alpha;
             sL[lid] = l_new;
@@ -181,18 +191,16 @@ void castle_forward_block(const int k, const int L, const int d, const int H, co
     /* Phase 5: acc[T_i] = alpha acc[T_i] + P VC[T_j] (the accumulator lives in O; normalised by
        work-group j = 0, the last to touch row block i), and D_j += VU[T_i]^T G[T_j,T_i]^T. */
     for (int c0 = 0; c0 < d; c0 += DT) {
-        load_tile(tV, pvc, svc.z, s0, L, c0, d);
+        load_tile_t(tV, pvc, svc.z, s0, L, c0, d);
         if (gate)
-            load_tile(tW, pvu, svu.z, t0, L, c0, d);
+            load_tile_t(tW, pvu, svu.z, t0, L, c0, d);
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int e = 0; e < EPC; ++e) {
             const int idx = lid + e * NT;
             const int rr = idx / DT, c = idx % DT, gc = c0 + c;
             const int t = t0 + rr;
             if (t < L && gc < d) {
-                float acc = 0.0f;
-                for (int s = 0; s < BLK; ++s)
-                    acc += sA[rr * BP + s] * tV[s * TS + c];
+                const float acc = ldot(sA + rr * BP, tV + c * BP, BLK);
                 __global float *po = o + tensor_offset(so, b, h, t) + gc;
                 float v = (k > 0) ? *po * sAlpha[rr] + acc : acc;
                 if (j == 0)
@@ -200,9 +208,7 @@ void castle_forward_block(const int k, const int L, const int d, const int H, co
                 *po = v;
             }
             if (gate && gc < d) { /* here rr indexes s in T_j */
-                float dv = 0.0f;
-                for (int jj = 0; jj < BLK; ++jj)
-                    dv += sG[rr * BP + jj] * tW[jj * TS + c];
+                const float dv = ldot(sG + rr * BP, tW + c * BP, BLK);
                 const ulong off = (ulong)(s0 + rr) * d + gc;
                 float hi = dv, lo = 0.0f;
                 if (k > 0) {
@@ -216,4 +222,29 @@ void castle_forward_block(const int k, const int L, const int d, const int H, co
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+}
+
+/* One launch per anti-diagonal k: work-group (j, bh). */
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
+void castle_forward_block(const int k, FORWARD_BLOCK_PARAMS)
+{
+    __local float lm[LM_SIZE];
+    forward_block(lm, k, get_group_id(0), get_group_id(1), FORWARD_BLOCK_ARGS);
+}
+
+/* All anti-diagonals in one launch, for short sequences: work-group (0, bh) walks the block pairs
+   of its batch entry and head in wavefront order, a barrier between pairs making each pair's
+   global writes visible to the next (the dependencies never cross batch entries or heads).  The
+   first argument is unused (the per-diagonal kernel's k). */
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
+void castle_forward_fold(const int unused, FORWARD_BLOCK_PARAMS)
+{
+    __local float lm[LM_SIZE];
+    const int N = (L + BLK - 1) / BLK;
+    (void)unused;
+    for (int k = 0; k < N; ++k)
+        for (int j = 0; j + k < N; ++j) {
+            forward_block(lm, k, j, get_group_id(1), FORWARD_BLOCK_ARGS);
+            barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+        }
 }

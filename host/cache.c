@@ -16,9 +16,6 @@
 /* Rows per decode work-group never drop below this; the partials buffer is sized by it. */
 #define MIN_CHUNK 64
 
-/* Work-group size of the decode kernels: DNT in cl/cache.cl. */
-static unsigned decode_threads(const castle_tuning *t) { return t->threads > 256 ? 256 : t->threads; }
-
 /* ---- cache object ------------------------------------------------------------------------------ */
 
 static cl_mem new_buffer(castle_context *ctx, size_t bytes, void *init, cl_int *err)
@@ -66,8 +63,9 @@ castle_status castle__cache_alloc(castle_context *ctx, const castle_problem *p, 
     /* Sizes: castle__check_desc bounded B H cap d; the products below stay far from SIZE_MAX on any
        64-bit host, and on 32-bit ones clCreateBuffer rejects what the device cannot hold. */
     const size_t row_bytes = p->d * sizeof(float);
-    const size_t sz[6] = {bh * cap * row_bytes, bh * (size_t)c->R * row_bytes, bh * cap * row_bytes,
-                          bh * cap * row_bytes, p->B * sizeof(int), bh * c->nchunks * (p->d + 2) * sizeof(float)};
+    const size_t sz[6] = {bh * cap * row_bytes, bh * (size_t)c->R * row_bytes,
+                          bh * cap * row_bytes, bh * cap * row_bytes,
+                          p->B * sizeof(int),   bh * c->nchunks * (p->d + 2) * sizeof(float)};
     cl_int err = CL_SUCCESS;
     c->u = new_buffer(ctx, sz[0], NULL, &err);
     c->qu = new_buffer(ctx, sz[1], NULL, &err);
@@ -78,8 +76,9 @@ castle_status castle__cache_alloc(castle_context *ctx, const castle_problem *p, 
     free(zeros);
     if (err != CL_SUCCESS) {
         castle__cache_free(c);
-        return castle__fail((castle_status)err, "clCreateBuffer failed allocating a cache of %zu tokens x %zu heads x %zu batch",
-                            cap, p->H, p->B);
+        return castle__fail((castle_status)err,
+                            "clCreateBuffer failed allocating a cache of %zu tokens x %zu heads x %zu batch", cap, p->H,
+                            p->B);
     }
     for (int i = 0; i < 6; ++i)
         c->bytes += sz[i];
@@ -108,8 +107,7 @@ typedef struct chain {
     cl_event *user_event;
 } chain;
 
-static castle_status chain_init(chain *ch, cl_command_queue queue, cl_uint nwait, const cl_event *wait,
-                                cl_event *event)
+static castle_status chain_init(chain *ch, cl_command_queue queue, cl_uint nwait, const cl_event *wait, cl_event *event)
 {
     memset(ch, 0, sizeof *ch);
     cl_command_queue_properties props = 0;
@@ -205,24 +203,16 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
     chain ch;
     memset(&ch, 0, sizeof ch);
     if (err != CL_SUCCESS) {
-        st = castle__fail((castle_status)err, "clCreateBuffer failed for the prefill's temporaries (%zu bytes of workspace)",
+        st = castle__fail((castle_status)err,
+                          "clCreateBuffer failed for the prefill's temporaries (%zu bytes of workspace)",
                           p->ws_floats * sizeof(float));
         goto done;
     }
     if ((st = chain_init(&ch, queue, nwait, wait, event)))
         goto done;
 
-    /* 1. the device lengths */
-    {
-        cl_uint n;
-        const cl_event *list;
-        cl_event *evp, ev;
-        chain_next(&ch, false, &n, &list, &evp, &ev);
-        err = clEnqueueCopyBuffer(queue, lens_tmp, c->lens, 0, 0, c->B * sizeof(int), n, list, evp);
-        if ((st = chain_done(&ch, false, err, ev, "clEnqueueCopyBuffer")))
-            goto done;
-    }
-    /* 2. the forward pass: outputs, and D in the workspace */
+    /* 1. the forward pass: outputs, and D in the workspace (first: it builds its own kernel, so a
+       build failure leaves nothing enqueued) */
     {
         cl_uint n;
         const cl_event *list;
@@ -235,6 +225,16 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
         st = castle__schedule_forward(ctx, p, fwd, ws, queue, n, list, evp);
         chain_done(&ch, false, CL_SUCCESS, ev, ""); /* keeps ev as the next command's dependency */
         if (st != CASTLE_SUCCESS)
+            goto done;
+    }
+    /* 2. the device lengths */
+    {
+        cl_uint n;
+        const cl_event *list;
+        cl_event *evp, ev;
+        chain_next(&ch, false, &n, &list, &evp, &ev);
+        err = clEnqueueCopyBuffer(queue, lens_tmp, c->lens, 0, 0, c->B * sizeof(int), n, list, evp);
+        if ((st = chain_done(&ch, false, err, ev, "clEnqueueCopyBuffer")))
             goto done;
     }
     /* 3. KC, VC, the QU ring, and U from D unless ragged */
@@ -327,6 +327,11 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
         st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, "castle_cache_decode_combine", &kc);
     if (st != CASTLE_SUCCESS)
         return st;
+    size_t wg[3] = {0, 0, 0}; /* DNT of cl/cache.cl, as compiled */
+    cl_int err = clGetKernelWorkGroupInfo(ka, ctx->device, CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof wg, wg, NULL);
+    if (err != CL_SUCCESS || !wg[0])
+        return castle__fail(err ? (castle_status)err : CASTLE_ERR_DEVICE_UNSUPPORTED,
+                            "cannot read the decode kernel's work-group size");
     chain ch;
     if ((st = chain_init(&ch, queue, nwait, wait, event)))
         return st;
@@ -336,7 +341,7 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
         const cl_event *list;
         cl_event *evp, ev;
         chain_next(&ch, false, &n, &list, &evp, &ev);
-        cl_int err = clEnqueueFillBuffer(queue, c->lens, &zero, sizeof zero, 0, c->B * sizeof(cl_int), n, list, evp);
+        err = clEnqueueFillBuffer(queue, c->lens, &zero, sizeof zero, 0, c->B * sizeof(cl_int), n, list, evp);
         if ((st = chain_done(&ch, false, err, ev, "clEnqueueFillBuffer")))
             return chain_end(&ch), st;
     }
@@ -348,13 +353,13 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
     const cl_int d = (cl_int)c->d, H = (cl_int)c->H, W = c->W, R = c->R, cap = (cl_int)c->cap;
     const cl_int nchunks = (cl_int)c->nchunks, want_lse = lse != NULL;
     const cl_float sc = c->scale;
-    const size_t bh = c->B * c->H, dnt = decode_threads(&ctx->tuning);
+    const size_t bh = c->B * c->H, dnt = wg[0];
     /* Split-K: about four work-groups per compute unit over all heads, each >= MIN_CHUNK rows. */
     const size_t target = 4 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
     const size_t per_bh = (target + bh - 1) / bh;
     cl_mem lse_arg = lse ? lse : o; /* never written when want_lse = 0 */
-    cl_int err = CL_SUCCESS;
     cl_uint a = 0;
+    err = CL_SUCCESS;
 #define ARG(k, v) err |= clSetKernelArg(k, a++, sizeof(v), &(v))
     /* Arguments that stay the same for every token of the call. */
     a = 3;
@@ -391,7 +396,8 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
     ARG(kc, p->strides[CASTLE_TENSOR_LSE]);
     ARG(kc, want_lse);
     if (err != CL_SUCCESS)
-        return chain_end(&ch), castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for the decode kernels");
+        return chain_end(&ch),
+               castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for the decode kernels");
 
     for (size_t i = 0; i < p->L; ++i) {
         const cl_int pos0 = (cl_int)(c->decoded + i), row = (cl_int)i;
@@ -409,7 +415,8 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
         ARG(kc, row);
         ARG(kc, Sarg);
         if (err != CL_SUCCESS)
-            return chain_end(&ch), castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for the decode kernels");
+            return chain_end(&ch),
+                   castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for the decode kernels");
         const size_t ga[2] = {groups * dnt, bh}, la[2] = {dnt, 1};
         const size_t gc[2] = {bh * dnt, 1};
         if ((st = chain_kernel(&ch, false, ka, ga, la)) || (st = chain_kernel(&ch, i + 1 == p->L, kc, gc, la)))

@@ -238,10 +238,25 @@ castle_status castle_context_set_tuning(castle_context *ctx, const castle_tuning
         return castle__fail(CASTLE_ERR_NULL_CONTEXT, "castle_context_set_tuning: context is NULL");
     if (!tuning)
         return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_context_set_tuning: tuning is NULL");
-    castle_status st = castle__tuning_check(tuning, &ctx->info);
+    castle_tuning t = *tuning;
+    castle__tuning_resolve(&t, &ctx->info);
+    castle_status st = castle__tuning_check(&t, &ctx->info);
     if (st != CASTLE_SUCCESS)
         return st;
-    ctx->tuning = *tuning;
+    ctx->tuning = t;
     ctx->tuning_name = "api";
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle_tuning_file(char *path, size_t size)
+{
+    castle__clear_error();
+    if (!path || !size)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_tuning_file: path is NULL or size is 0");
+    if (!castle__tuning_file_path(path, size))
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT,
+                            "no tuning file path: set CASTLE_TUNING_FILE, XDG_CONFIG_HOME or HOME (or the path is "
+                            "longer than %zu bytes)",
+                            size);
     return CASTLE_SUCCESS;
 }

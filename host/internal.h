@@ -40,6 +40,11 @@ castle_status castle__query_device(cl_device_id device, castle_device_info *info
 /* ---- tuning (host/tuning.c) ---- */
 /* Picks the built-in entry for the device and applies CASTLE_TUNING.  name receives the entry's name. */
 castle_status castle__tuning_select(const castle_device_info *info, castle_tuning *out, const char **name);
+/* The per-device tuning file: $CASTLE_TUNING_FILE, else $XDG_CONFIG_HOME/castle/tuning.tsv, else
+   ~/.config/castle/tuning.tsv.  False when no path can be formed. */
+bool castle__tuning_file_path(char *buf, size_t n);
+/* Replaces vector = 0 by the device's default width, narrowed until it divides block and dchunk. */
+void castle__tuning_resolve(castle_tuning *t, const castle_device_info *info);
 /* Checks a tuning against the rules of castle.h and the device limits. */
 castle_status castle__tuning_check(const castle_tuning *t, const castle_device_info *info);
 /* Bytes of local memory the kernels need under t. */
@@ -51,6 +56,7 @@ typedef enum castle_family {
     CASTLE_FAMILY_FORWARD = 0, /* cl/forward.cl */
     CASTLE_FAMILY_BACKWARD,    /* cl/backward.cl */
     CASTLE_FAMILY_CACHE,       /* cl/cache.cl: prefill and decode with the UQ-KV cache */
+    CASTLE_FAMILY_CAUSAL,      /* cl/causal.cl: standard causal attention, the baseline */
     CASTLE_FAMILY_COUNT
 } castle_family;
 
@@ -143,7 +149,6 @@ castle_status castle__schedule_backward(castle_context *ctx, const castle_proble
                                         const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_mem ws, cl_command_queue queue,
                                         cl_uint nwait, const cl_event *wait, cl_event *event);
 
-
 /* ---- UQ-KV cache (host/cache.c, lib/cache.c, cl/cache.cl; SPEC section 5) ---- */
 struct castle_cache {
     castle_context *ctx;
@@ -175,5 +180,36 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
                                       const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
                                       const cl_event *wait, cl_event *event);
 /* ---- end of the UQ-KV cache section ---- */
+
+/* ---- standard causal attention, the baseline (host/causal.c, lib/causal.c, cl/causal.cl) ---- */
+/* As castle__check_buffers, for calls without a workspace. */
+castle_status castle__check_tensors(const castle_context *ctx, const castle_problem *p,
+                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used);
+struct castle_kv_cache {
+    castle_context *ctx;
+    size_t B, H, d, cap; /* cap: tokens per sequence */
+    size_t len;          /* tokens every sequence holds */
+    cl_mem k, v;         /* packed (B, H, cap, d) */
+    cl_mem part;         /* decode scratch: split partials, part_floats floats */
+    size_t part_floats;
+    size_t bytes; /* device bytes of k, v, part */
+};
+/* Checks a prefill or decode descriptor (validated into p) against the cache's batch, heads and
+   head_dim (else CASTLE_ERR_SHAPE_MISMATCH). */
+castle_status castle__check_kv_cache_desc(const castle_kv_cache *c, const castle_problem *p);
+castle_status castle__kv_cache_alloc(castle_context *ctx, const castle_problem *p, castle_kv_cache **out);
+void castle__kv_cache_free(castle_kv_cache *c);
+/* bufs is indexed by castle_tensor: QC, KC, VC, O, LSE (forward; lse may be NULL in decode), DO,
+   DQC, DKC, DVC (backward). */
+castle_status castle__causal_forward(castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
+                                     cl_command_queue queue, cl_uint nwait, const cl_event *wait, cl_event *event);
+castle_status castle__causal_backward(castle_context *ctx, const castle_problem *p,
+                                      const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
+                                      const cl_event *wait, cl_event *event);
+/* Appends p->L tokens to c and writes their outputs (prefill: c empty). */
+castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, const castle_problem *p,
+                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
+                                    const cl_event *wait, cl_event *event);
+/* ---- end of the causal attention section ---- */
 
 #endif

@@ -11,6 +11,7 @@ static const char *const family_files[CASTLE_FAMILY_COUNT] = {
     [CASTLE_FAMILY_FORWARD] = "forward.cl",
     [CASTLE_FAMILY_BACKWARD] = "backward.cl",
     [CASTLE_FAMILY_CACHE] = "cache.cl",
+    [CASTLE_FAMILY_CAUSAL] = "causal.cl",
 };
 
 /* Returns malloc'd contents of cl/<name>, from CASTLE_CL_DIR or the embedded copy. */
@@ -66,7 +67,7 @@ castle_status castle__program_source(castle_family f, const castle_tuning *t, ch
         return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "out of host memory assembling %s", family_files[f]);
     }
     snprintf(src, n, "%s%s\n%s", prelude, common, body);
-    snprintf(opt, 256, "-cl-std=CL1.2 -DBLK=%u -DNT=%u -DDT=%u", t->block, t->threads, t->dchunk);
+    snprintf(opt, 256, "-cl-std=CL1.2 -DBLK=%u -DNT=%u -DDT=%u -DVW=%u", t->block, t->threads, t->dchunk, t->vector);
     free(common);
     free(body);
     *source = src;

@@ -1,7 +1,9 @@
 /* The anti-diagonal wavefront (SPEC section 3): launch k = 0 computes the diagonal blocks, launch
  * k = 1 .. N-1 the k-th off-diagonal; within a launch the work-groups cover the columns j (dim 0)
  * and the batch entries x heads (dim 1).  Launches are ordered by the queue when it is in-order,
- * by events between them otherwise. */
+ * by events between them otherwise.  The backward runs the same wavefront in reverse.  Short
+ * sequences with many batch entries x heads fold the wavefront into one launch (castle_tuning.fold):
+ * each work-group then walks its own batch entry and head's block pairs in the same order. */
 #include "internal.h"
 
 #include <stdbool.h>
@@ -101,6 +103,24 @@ static castle_status set_region_args(cl_kernel kernel, const castle_problem *p, 
     return CASTLE_SUCCESS;
 }
 
+/* Whether the whole wavefront runs as one launch (see castle_tuning.fold). */
+static bool fold(const castle_context *ctx, const castle_problem *p)
+{
+    return p->N <= ctx->tuning.fold && p->B * p->H >= 2 * (size_t)ctx->info.compute_units;
+}
+
+/* One launch of a *_fold kernel: one work-group per batch entry and head. */
+static castle_status run_folded(cl_kernel kernel, const castle_problem *p, unsigned threads, cl_command_queue queue,
+                                cl_uint nwait, const cl_event *wait, cl_event *event)
+{
+    const cl_int unused = 0;
+    cl_int err = clSetKernelArg(kernel, 0, sizeof unused, &unused);
+    const size_t local[2] = {threads, 1}, global[2] = {threads, p->B * p->H};
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(queue, kernel, 2, NULL, global, local, nwait, nwait ? wait : NULL, event);
+    return err == CL_SUCCESS ? CASTLE_SUCCESS : castle__cl_fail(err, "clEnqueueNDRangeKernel");
+}
+
 castle_status castle__schedule_forward(castle_context *ctx, const castle_problem *p,
                                        const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_mem ws, cl_command_queue queue,
                                        cl_uint nwait, const cl_event *wait, cl_event *event)
@@ -111,10 +131,14 @@ castle_status castle__schedule_forward(castle_context *ctx, const castle_problem
     cl_kernel kernel;
     cl_uint next;
     castle_status st;
-    if ((st = castle__get_kernel(ctx, CASTLE_FAMILY_FORWARD, "castle_forward_block", &kernel)) ||
+    const bool folded = fold(ctx, p);
+    if ((st = castle__get_kernel(ctx, CASTLE_FAMILY_FORWARD, folded ? "castle_forward_fold" : "castle_forward_block",
+                                 &kernel)) ||
         (st = set_common_args(kernel, p, bufs, tensors, 8, ws, &next)) ||
         (st = set_region_args(kernel, p, regions, 3, next)))
         return st;
+    if (folded)
+        return run_folded(kernel, p, ctx->tuning.threads, queue, nwait, wait, event);
     return run_wavefront(kernel, p, ctx->tuning.threads, 0, 1, queue, nwait, wait, event);
 }
 
@@ -131,9 +155,13 @@ castle_status castle__schedule_backward(castle_context *ctx, const castle_proble
     cl_kernel kernel;
     cl_uint next;
     castle_status st;
-    if ((st = castle__get_kernel(ctx, CASTLE_FAMILY_BACKWARD, "castle_backward_block", &kernel)) ||
+    const bool folded = fold(ctx, p);
+    if ((st = castle__get_kernel(ctx, CASTLE_FAMILY_BACKWARD,
+                                 folded ? "castle_backward_fold" : "castle_backward_block", &kernel)) ||
         (st = set_common_args(kernel, p, bufs, tensors, 15, ws, &next)) ||
         (st = set_region_args(kernel, p, regions, 5, next)))
         return st;
+    if (folded)
+        return run_folded(kernel, p, ctx->tuning.threads, queue, nwait, wait, event);
     return run_wavefront(kernel, p, ctx->tuning.threads, (int)p->N - 1, -1, queue, nwait, wait, event);
 }

@@ -16,20 +16,43 @@ typedef struct tuning_entry {
 /* First match wins; the last entry is the default.  Values were measured with castle-bench on the
    devices named; see README "Tuning". */
 static const tuning_entry table[] = {
-    {"pocl-cpu", NULL, "pthread", CL_DEVICE_TYPE_CPU, {32, 64, 32}},
-    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, {32, 64, 32}},
-    {"nvidia-gpu", "NVIDIA", NULL, CL_DEVICE_TYPE_GPU, {32, 256, 32}},
-    {"default", NULL, NULL, CL_DEVICE_TYPE_ALL, {32, 256, 32}},
+    {"pocl-cpu", NULL, "pthread", CL_DEVICE_TYPE_CPU, {32, 256, 32, 8, 8}},
+    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, {32, 256, 32, 8, 8}},
+    {"nvidia-gpu", "NVIDIA", NULL, CL_DEVICE_TYPE_GPU, {32, 256, 32, 1, 8}},
+    {"default", NULL, NULL, CL_DEVICE_TYPE_ALL, {32, 256, 32, 1, 8}},
 };
+
+/* The table's vector width for the device (what vector = 0 stands for). */
+static unsigned default_vector(const castle_device_info *info)
+{
+    return (info && (info->type & CL_DEVICE_TYPE_CPU)) ? 8u : 1u;
+}
+
+/* Replaces vector = 0 by the device's default, narrowed until it divides block and dchunk. */
+void castle__tuning_resolve(castle_tuning *t, const castle_device_info *info)
+{
+    if (t->vector)
+        return;
+    unsigned v = default_vector(info);
+    while (v > 1 && (t->block % v || t->dchunk % v))
+        v = v == 4 ? 1 : v / 2;
+    t->vector = v;
+}
 
 size_t castle__tuning_local_bytes(const castle_tuning *t)
 {
     /* The largest of LM_SIZE in cl/forward.cl and LM_BW in cl/backward.cl. */
     const size_t ts = t->dchunk + 1, bp = t->block + 1, b = t->block;
     const size_t p1 = 6 * b * ts;
-    const size_t p2 = 3 * b * bp + 2 * b + 2 * b * ts;
-    const size_t bw = 6 * b * bp + 6 * b * ts + 2 * b;
+    const size_t p2 = 3 * b * bp + 2 * b + 2 * t->dchunk * bp;
+    const size_t tile = b * ts > t->dchunk * bp ? b * ts : t->dchunk * bp;
+    const size_t bw = 9 * b * bp + 7 * tile + 2 * b;
     size_t m = p1 > p2 ? p1 : p2;
+    /* cl/causal.cl: BLK (CC_TROWS + DT + 2 BLK + 3) bounds each of its kernels, with the transposed
+       tile CC_TROWS = min(256, 4 (BLK + DT)) columns wide: never above bw. */
+    const size_t trows = 4 * (b + t->dchunk) < CASTLE_MAX_HEAD_DIM ? 4 * (b + t->dchunk) : CASTLE_MAX_HEAD_DIM;
+    const size_t causal = b * (trows + t->dchunk + 2 * b + 3);
+    m = m > causal ? m : causal;
     return 4 * (m > bw ? m : bw);
 }
 
@@ -40,6 +63,13 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
         return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning block=%u: must be 8, 16, 32 or 64", b);
     if (c != 4 && c != 8 && c != 16 && c != 32 && c != 64)
         return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning dchunk=%u: must be 4, 8, 16, 32 or 64", c);
+    const unsigned v = t->vector;
+    if (v != 1 && v != 4 && v != 8 && v != 16)
+        return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning vector=%u: must be 1, 4, 8 or 16", v);
+    if (b % v || c % v)
+        return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning vector=%u must divide block=%u and dchunk=%u", v, b, c);
+    if (t->fold > 1024)
+        return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning fold=%u: must be at most 1024", t->fold);
     if (n == 0 || n % b || (b * b) % n || (b * c) % n)
         return castle__fail(CASTLE_ERR_BAD_TUNING,
                             "tuning threads=%u: must be a multiple of block=%u dividing block*block=%u and "
@@ -56,7 +86,7 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
     return CASTLE_SUCCESS;
 }
 
-/* Parses "block=32,threads=64,dchunk=32" over *t.  Returns false on a malformed string. */
+/* Parses "block=32,threads=64,dchunk=32,vector=8,fold=8" over *t.  Returns false on a malformed string. */
 static bool parse_env(const char *s, castle_tuning *t)
 {
     while (*s) {
@@ -71,6 +101,10 @@ static bool parse_env(const char *s, castle_tuning *t)
             t->threads = val;
         else if (!strcmp(key, "dchunk"))
             t->dchunk = val;
+        else if (!strcmp(key, "vector"))
+            t->vector = val;
+        else if (!strcmp(key, "fold"))
+            t->fold = val;
         else
             return false;
         s += used;
@@ -80,6 +114,58 @@ static bool parse_env(const char *s, castle_tuning *t)
             return false;
     }
     return true;
+}
+
+bool castle__tuning_file_path(char *buf, size_t n)
+{
+    const char *f = getenv("CASTLE_TUNING_FILE");
+    int w;
+    if (f && *f)
+        w = snprintf(buf, n, "%s", f);
+    else if ((f = getenv("XDG_CONFIG_HOME")) && *f)
+        w = snprintf(buf, n, "%s/castle/tuning.tsv", f);
+    else if ((f = getenv("HOME")) && *f)
+        w = snprintf(buf, n, "%s/.config/castle/tuning.tsv", f);
+    else
+        return false;
+    return w > 0 && (size_t)w < n;
+}
+
+/* The tuning file's entry for this device and driver, if there is a valid one.  Lines:
+   "<device name>\t<driver version>\tblock=..,threads=..,dchunk=..,vector=.."; '#' starts a comment.
+   An unreadable file or a malformed or unfitting entry is ignored. */
+static bool from_file(const castle_device_info *info, castle_tuning *out)
+{
+    char path[4096], line[1024];
+    if (!castle__tuning_file_path(path, sizeof path))
+        return false;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] == '#' || !line[0])
+            continue;
+        char *tab1 = strchr(line, '\t'), *tab2 = tab1 ? strchr(tab1 + 1, '\t') : NULL;
+        if (!tab2)
+            continue;
+        *tab1 = *tab2 = '\0';
+        if (strcmp(line, info->name) || strcmp(tab1 + 1, info->driver_version))
+            continue;
+        castle_tuning t = *out;
+        t.vector = 0;
+        if (!parse_env(tab2 + 1, &t))
+            continue;
+        castle__tuning_resolve(&t, info);
+        if (castle__tuning_check(&t, info) == CASTLE_SUCCESS) {
+            *out = t;
+            found = true;
+        }
+    }
+    fclose(f);
+    castle__clear_error(); /* a rejected entry is not the caller's error */
+    return found;
 }
 
 castle_status castle__tuning_select(const castle_device_info *info, castle_tuning *out, const char **name)
@@ -99,31 +185,52 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
     }
     *out = pick->tuning;
     *name = pick->name;
-    /* Devices with little local memory or small work-groups: shrink until the entry fits. */
-    while (castle__tuning_check(out, info) != CASTLE_SUCCESS && (out->dchunk > 4 || out->block > 8 || out->threads > out->block)) {
-        if (out->threads > out->block && out->threads > info->max_work_group_size)
-            out->threads /= 2;
-        else if (out->dchunk > 4)
-            out->dchunk /= 2;
-        else if (out->block > 8) {
-            out->block /= 2;
-            if (out->threads > out->block * out->block)
-                out->threads = out->block * out->block;
-        } else
-            out->threads /= 2;
+    /* Devices with little local memory or small work-groups: the largest block, then the largest
+       d chunk, that fits; threads halved until they fit the block and the device. */
+    if (castle__tuning_check(out, info) != CASTLE_SUCCESS) {
+        const castle_tuning entry = *out;
+        bool fits = false;
+        for (unsigned b = entry.block; b >= 8 && !fits; b /= 2)
+            for (unsigned c = entry.dchunk; c >= 4 && !fits; c /= 2) {
+                castle_tuning t = entry;
+                t.block = b;
+                t.dchunk = c;
+                t.vector = 0;
+                castle__tuning_resolve(&t, info);
+                while (t.threads > b && (t.threads > info->max_work_group_size || (b * b) % t.threads ||
+                                         (b * c) % t.threads))
+                    t.threads /= 2;
+                if (t.threads < b)
+                    t.threads = b;
+                if (castle__tuning_check(&t, info) == CASTLE_SUCCESS) {
+                    *out = t;
+                    fits = true;
+                }
+            }
         *name = "shrunk";
     }
+    if (castle__tuning_check(out, info) != CASTLE_SUCCESS)
+        return castle__fail(CASTLE_ERR_DEVICE_UNSUPPORTED,
+                            "device '%s' has too little local memory (%llu bytes) or too small work-groups (%zu) "
+                            "for any tuning",
+                            info->name, (unsigned long long)info->local_mem_size, info->max_work_group_size);
+    if (from_file(info, out))
+        *name = "file";
     const char *env = getenv("CASTLE_TUNING");
     if (env && *env) {
         castle_tuning t = *out;
+        t.vector = 0; /* re-derived for the new block and dchunk unless given */
         if (!parse_env(env, &t))
             return castle__fail(CASTLE_ERR_BAD_TUNING,
-                                "CASTLE_TUNING='%s' is malformed: expected e.g. 'block=32,threads=64,dchunk=32'", env);
+                                "CASTLE_TUNING='%s' is malformed: expected e.g. 'block=32,threads=256,dchunk=32,vector=8,fold=8'",
+                                env);
+        castle__tuning_resolve(&t, info);
         castle_status st = castle__tuning_check(&t, info);
         if (st != CASTLE_SUCCESS)
             return st;
         *out = t;
         *name = "environment";
     }
-    return castle__tuning_check(out, info);
+    castle__clear_error(); /* candidates rejected on the way are not the caller's error */
+    return CASTLE_SUCCESS;
 }

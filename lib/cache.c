@@ -52,7 +52,9 @@ castle_status castle_cache_buffer(const castle_cache *cache, castle_cache_tensor
     castle__clear_error();
     if (!cache || !buffer || !rows)
         return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_cache_buffer: %s is NULL",
-                            !cache ? "cache" : !buffer ? "buffer" : "rows");
+                            !cache    ? "cache"
+                            : !buffer ? "buffer"
+                                      : "rows");
     switch (tensor) {
     case CASTLE_CACHE_U:
         *buffer = cache->u;
@@ -76,8 +78,8 @@ castle_status castle_cache_buffer(const castle_cache *cache, castle_cache_tensor
 
 /* Checks shared by prefill and decode: the descriptor against the cache, the buffers, the queue. */
 static castle_status check_call(castle_context *ctx, const castle_cache *cache, const castle_attention_desc *desc,
-                                castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
-                                const cl_event *wait, const char *fn)
+                                castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue,
+                                cl_uint nwait, const cl_event *wait, const char *fn)
 {
     castle_status st = castle__check_desc(ctx, desc, p);
     if (st != CASTLE_SUCCESS)
@@ -88,16 +90,11 @@ static castle_status check_call(castle_context *ctx, const castle_cache *cache, 
         return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s: the cache belongs to another castle_context", fn);
     if ((st = castle__check_cache_desc(cache, desc, p)))
         return st;
-    for (int t = 0; t <= CASTLE_TENSOR_LSE; ++t) /* lse is optional */
-        if ((t != CASTLE_TENSOR_LSE || bufs[t]) &&
-            (st = castle__check_buffer(ctx, bufs[t], p->strides[t].s[3], castle__tensor_names[t],
-                                       CASTLE_ERR_BUFFER_TOO_SMALL)))
-            return st;
-    for (int a = CASTLE_TENSOR_O; a <= CASTLE_TENSOR_LSE; ++a)
-        for (int t = 0; t <= CASTLE_TENSOR_LSE; ++t)
-            if (t != a && bufs[a] && bufs[t] == bufs[a])
-                return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "output %s is the same buffer as %s",
-                                    castle__tensor_names[a], castle__tensor_names[t]);
+    unsigned used = (1u << (CASTLE_TENSOR_O + 1)) - 1u; /* QU .. VC, O; lse is optional */
+    if (bufs[CASTLE_TENSOR_LSE])
+        used |= 1u << CASTLE_TENSOR_LSE;
+    if ((st = castle__check_tensors(ctx, p, bufs, used)))
+        return st;
     return castle__check_queue(ctx, queue, nwait, wait);
 }
 
@@ -119,8 +116,8 @@ castle_status castle_prefill(castle_context *ctx, castle_cache *cache, const cas
         lengths[b] = prompt_lengths ? prompt_lengths[b] : p.L;
         longest = lengths[b] > longest ? lengths[b] : longest;
         if (lengths[b] > p.L) {
-            st = castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "prompt_lengths[%zu] = %zu exceeds the descriptor's seq_len %zu",
-                              b, lengths[b], p.L);
+            st = castle__fail(CASTLE_ERR_INVALID_ARGUMENT,
+                              "prompt_lengths[%zu] = %zu exceeds the descriptor's seq_len %zu", b, lengths[b], p.L);
             break;
         }
     }
@@ -133,8 +130,8 @@ castle_status castle_prefill(castle_context *ctx, castle_cache *cache, const cas
                           "with castle_decode)",
                           cached);
     if (st == CASTLE_SUCCESS && longest > cache->cap)
-        st = castle__fail(CASTLE_ERR_CACHE_FULL, "castle_prefill: a prompt of %zu tokens exceeds the cache capacity %zu",
-                          longest, cache->cap);
+        st = castle__fail(CASTLE_ERR_CACHE_FULL,
+                          "castle_prefill: a prompt of %zu tokens exceeds the cache capacity %zu", longest, cache->cap);
     if (st == CASTLE_SUCCESS)
         st = castle__schedule_prefill(ctx, cache, &p, lengths, bufs, queue, num_wait_events, wait_events, event);
     free(lengths);

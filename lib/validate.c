@@ -184,15 +184,18 @@ castle_status castle__check_queue(const castle_context *ctx, cl_command_queue qu
     return CASTLE_SUCCESS;
 }
 
-castle_status castle__check_buffers(const castle_context *ctx, const castle_problem *p,
-                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used, cl_mem workspace)
+/* castle__check_buffers, and castle__check_tensors when !with_ws (no workspace in the call). */
+static castle_status check_set(const castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
+                               unsigned used, bool with_ws, cl_mem workspace)
 {
     castle_status st;
+    const int last = with_ws ? CASTLE_TENSOR_COUNT : CASTLE_TENSOR_COUNT - 1; /* index COUNT: the workspace */
     for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
         if ((used >> t & 1u) &&
             (st = castle__check_buffer(ctx, bufs[t], p->strides[t].s[3], tensor_names[t], CASTLE_ERR_BUFFER_TOO_SMALL)))
             return st;
-    if ((st = castle__check_buffer(ctx, workspace, p->ws_floats, "workspace", CASTLE_ERR_WORKSPACE_TOO_SMALL)))
+    if (with_ws &&
+        (st = castle__check_buffer(ctx, workspace, p->ws_floats, "workspace", CASTLE_ERR_WORKSPACE_TOO_SMALL)))
         return st;
     /* Inputs may share memory; an output may share memory with nothing.  Buffers are compared by
        their root object and byte range, so overlapping sub-buffers are caught too. */
@@ -200,7 +203,7 @@ castle_status castle__check_buffers(const castle_context *ctx, const castle_prob
         cl_mem root;
         size_t lo, hi;
     } r[CASTLE_TENSOR_COUNT + 1];
-    for (int t = 0; t <= CASTLE_TENSOR_COUNT; ++t) {
+    for (int t = 0; t <= last; ++t) {
         if (t < CASTLE_TENSOR_COUNT && !(used >> t & 1u))
             continue;
         cl_mem m = t < CASTLE_TENSOR_COUNT ? bufs[t] : workspace, parent = NULL;
@@ -214,7 +217,7 @@ castle_status castle__check_buffers(const castle_context *ctx, const castle_prob
         r[t].lo = off;
         r[t].hi = off + size;
     }
-    for (int t = 0; t <= CASTLE_TENSOR_COUNT; ++t) {
+    for (int t = 0; t <= last; ++t) {
         const bool t_used = t == CASTLE_TENSOR_COUNT || (used >> t & 1u);
         if (!t_used || (t < CASTLE_TENSOR_COUNT && !is_output(t)))
             continue;
@@ -234,6 +237,12 @@ castle_status castle__check_buffers(const castle_context *ctx, const castle_prob
     return CASTLE_SUCCESS;
 }
 
+castle_status castle__check_buffers(const castle_context *ctx, const castle_problem *p,
+                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used, cl_mem workspace)
+{
+    return check_set(ctx, p, bufs, used, true, workspace);
+}
+
 /* ---- UQ-KV cache (SPEC section 5) ---- */
 castle_status castle__check_cache_desc(const castle_cache *c, const castle_attention_desc *desc,
                                        const castle_problem *p)
@@ -244,5 +253,22 @@ castle_status castle__check_cache_desc(const castle_cache *c, const castle_atten
                             "cache's batch=%zu heads=%zu head_dim=%zu window=%ld scale=%g",
                             p->B, p->H, p->d, desc->window, (double)p->scale, c->B, c->H, c->d, c->window,
                             (double)c->scale);
+    return CASTLE_SUCCESS;
+}
+
+/* ---- standard causal attention, the baseline ---- */
+castle_status castle__check_tensors(const castle_context *ctx, const castle_problem *p,
+                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used)
+{
+    return check_set(ctx, p, bufs, used, false, NULL);
+}
+
+castle_status castle__check_kv_cache_desc(const castle_kv_cache *c, const castle_problem *p)
+{
+    if (p->B != c->B || p->H != c->H || p->d != c->d)
+        return castle__fail(CASTLE_ERR_SHAPE_MISMATCH,
+                            "descriptor batch=%zu heads=%zu head_dim=%zu does not match the KV cache's batch=%zu "
+                            "heads=%zu head_dim=%zu",
+                            p->B, p->H, p->d, c->B, c->H, c->d);
     return CASTLE_SUCCESS;
 }

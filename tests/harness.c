@@ -147,6 +147,16 @@ static size_t span_of(const castle_layout *l, size_t width, size_t B, size_t H, 
     return offset_of(l, width, H, L, B - 1, H - 1, L - 1) + width;
 }
 
+size_t h_layout_offset(const castle_layout *l, size_t width, size_t H, size_t L, size_t b, size_t h, size_t row)
+{
+    return offset_of(l, width, H, L, b, h, row);
+}
+
+size_t h_layout_span(const castle_layout *l, size_t width, size_t B, size_t H, size_t L)
+{
+    return span_of(l, width, B, H, L);
+}
+
 void h_fwd_out_free(h_fwd_out *out)
 {
     free(out->o);

@@ -21,6 +21,10 @@ double h_value(uint64_t seed, unsigned tensor, size_t b, size_t h, size_t row, s
 /* Tensor layouts the suites exercise. */
 typedef enum h_layout { H_BHLD = 0, H_BLHD = 1, H_PADDED = 2 /* BHLD with row stride d + 5 */ } h_layout;
 void h_apply_layout(castle_attention_desc *desc, h_layout layout);
+/* Element offset of (b, h, row) in a layout of rows of `width` elements (all strides zero = packed
+   (B, H, L, width)), and the elements a buffer for it must hold. */
+size_t h_layout_offset(const castle_layout *l, size_t width, size_t H, size_t L, size_t b, size_t h, size_t row);
+size_t h_layout_span(const castle_layout *l, size_t width, size_t B, size_t H, size_t L);
 
 /* A device buffer for a tensor of `span` floats inside a larger parent whose margins (and, for
    strided layouts, the gaps between rows) are filled with a sentinel; h_guard_intact checks that

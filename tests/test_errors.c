@@ -1106,7 +1106,7 @@ START_TEST(test_tuning_rejected)
     ck_assert(clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL) == CL_SUCCESS);
     /* threads over the device maximum that passes every other rule, if the rules allow one
        (they cap threads at block*min(block, dchunk) <= 4096) */
-    castle_tuning too_wide = {64, 0, 64};
+    castle_tuning too_wide = {64, 0, 64, 0, 0};
     const char *too_wide_mention = "work-group";
     for (unsigned n = 64; n <= 4096; n *= 2)
         if (n > max_wg) {
@@ -1123,17 +1123,21 @@ START_TEST(test_tuning_rejected)
         const char *what;
     } bad_case;
     const bad_case bad[] = {
-        {{12, 64, 32}, "block=12", "block=12"},
-        {{0, 64, 32}, "block=0", "block=0"},
-        {{128, 128, 32}, "block=128", "block=128"},
-        {{32, 64, 5}, "dchunk=5", "dchunk=5"},
-        {{32, 64, 128}, "dchunk=128", "dchunk=128"},
-        {{32, 48, 32}, "threads=48", "threads=48 not a multiple of block=32"},
-        {{32, 0, 32}, "threads=0", "threads=0"},
-        {{16, 8, 16}, "threads=8", "threads=8 < block=16"},
-        {{16, 512, 16}, "threads=512", "threads=512 not dividing block*block=256"},
-        {{8, 128, 64}, "threads=128", "threads=128 not dividing block*block=64 (but dividing block*dchunk)"},
-        {{32, 512, 8}, "threads=512", "threads=512 not dividing block*dchunk=256 (but dividing block*block)"},
+        {{12, 64, 32, 0, 0}, "block=12", "block=12"},
+        {{0, 64, 32, 0, 0}, "block=0", "block=0"},
+        {{128, 128, 32, 0, 0}, "block=128", "block=128"},
+        {{32, 64, 5, 0, 0}, "dchunk=5", "dchunk=5"},
+        {{32, 64, 128, 0, 0}, "dchunk=128", "dchunk=128"},
+        {{32, 48, 32, 0, 0}, "threads=48", "threads=48 not a multiple of block=32"},
+        {{32, 64, 32, 3, 0}, "vector=3", "vector=3"},
+        {{32, 64, 32, 32, 0}, "vector=32", "vector=32"},
+        {{32, 64, 8, 16, 0}, "vector=16", "vector=16 not dividing dchunk=8"},
+        {{32, 64, 32, 8, 1025}, "fold=1025", "fold=1025"},
+        {{32, 0, 32, 0, 0}, "threads=0", "threads=0"},
+        {{16, 8, 16, 0, 0}, "threads=8", "threads=8 < block=16"},
+        {{16, 512, 16, 0, 0}, "threads=512", "threads=512 not dividing block*block=256"},
+        {{8, 128, 64, 0, 0}, "threads=128", "threads=128 not dividing block*block=64 (but dividing block*dchunk)"},
+        {{32, 512, 8, 0, 0}, "threads=512", "threads=512 not dividing block*dchunk=256 (but dividing block*block)"},
         {too_wide, too_wide_mention, "threads over the device's max work-group size"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
@@ -1145,7 +1149,7 @@ START_TEST(test_tuning_rejected)
                       "%s: a rejected set_tuning changed the name to '%s'", bad[i].what,
                       castle_context_tuning_name(ctx));
     }
-    castle_tuning t = {16, 64, 16};
+    castle_tuning t = {16, 64, 16, 0, 0};
     check_status(castle_context_set_tuning(NULL, &t), CASTLE_ERR_NULL_CONTEXT, "context", "set_tuning(ctx=NULL)");
     check_status(castle_context_set_tuning(ctx, NULL), CASTLE_ERR_NULL_POINTER, "tuning", "set_tuning(tuning=NULL)");
     check_status(castle_context_get_tuning(NULL, &t), CASTLE_ERR_NULL_CONTEXT, "context", "get_tuning(ctx=NULL)");
@@ -1159,7 +1163,7 @@ END_TEST
 START_TEST(test_tuning_accepted)
 {
     castle_context *ctx = own_context();
-    const castle_tuning t = {16, 64, 16};
+    const castle_tuning t = {16, 64, 16, 0, 0};
     check_status(castle_context_set_tuning(ctx, &t), CASTLE_SUCCESS, NULL, "set_tuning {16, 64, 16}");
     castle_tuning got;
     check_status(castle_context_get_tuning(ctx, &got), CASTLE_SUCCESS, NULL, "get_tuning");
@@ -1171,7 +1175,7 @@ START_TEST(test_tuning_accepted)
     fx f;
     fx_setup_on(&f, ctx, 2, 2, 40, 8, true);
     /* a workspace sized under block 16 is too small under block 32 (dchunk 8: fits 48 KiB of local memory) */
-    const castle_tuning t32 = {32, 64, 8};
+    const castle_tuning t32 = {32, 64, 8, 0, 0};
     check_status(castle_context_set_tuning(ctx, &t32), CASTLE_SUCCESS, NULL, "set_tuning {32, 64, 8}");
     size_t need = 0;
     check_status(castle_forward_workspace_size(ctx, &f.desc, &need), CASTLE_SUCCESS, NULL, "workspace_size");
@@ -1218,7 +1222,7 @@ START_TEST(test_tuning_env_valid)
     env_restore("CASTLE_TUNING", saved);
     check_status(st, CASTLE_SUCCESS, NULL, "CASTLE_TUNING=block=16,threads=64,dchunk=16");
     castle_tuning got;
-    const castle_tuning want = {16, 64, 16};
+    const castle_tuning want = {16, 64, 16, 0, 0};
     check_status(castle_context_get_tuning(ctx, &got), CASTLE_SUCCESS, NULL, "get_tuning");
     ck_assert(tuning_eq(&got, &want));
     ck_assert_msg(!strcmp(castle_context_tuning_name(ctx), "environment"), "tuning name '%s'",

@@ -140,6 +140,74 @@ START_TEST(test_repeat_and_wide_window)
 }
 END_TEST
 
+/* Other tunings (block, threads, dchunk, vector) pass the same conformance checks: every kernel
+   variant the tuner may pick is a correct one. */
+static const castle_tuning tunings[] = {
+    {16, 64, 16, 1, 0}, {32, 32, 32, 4, 1024}, {64, 256, 16, 16, 0}, {8, 64, 8, 8, 1024}, {32, 1024, 32, 8, 0},
+};
+
+START_TEST(test_tunings)
+{
+    castle_context *ctx = NULL;
+    ck_assert_msg(castle_context_create_default(NULL, &ctx) == CASTLE_SUCCESS, "%s", castle_last_error());
+    const castle_tuning *t = &tunings[_i];
+    castle_status st = castle_context_set_tuning(ctx, t);
+    if (st == CASTLE_ERR_BAD_TUNING) { /* a device too small for this entry: said, not hidden */
+        fprintf(stderr, "tuning {%u, %u, %u, %u} does not fit this device: %s\n", t->block, t->threads, t->dchunk,
+                t->vector, castle_last_error());
+        castle_context_destroy(ctx);
+        return;
+    }
+    ck_assert_msg(st == CASTLE_SUCCESS, "%s", castle_last_error());
+    static const h_fwd_case cases[] = {
+        {2, 2, 70, 33, 0, H_BLHD, 1, 0, 91},
+        {1, 2, 130, 64, 5, H_PADDED, 1, 0, 92},
+        {2, 1, 9, 16, 1, H_BHLD, 1, 0, 93},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) {
+        h_fwd_out out;
+        st = h_run_backward(ctx, castle_context_queue(ctx), &cases[k], H_GRAD_EXACT, false, &out);
+        ck_assert_msg(st == CASTLE_SUCCESS, "%s", castle_last_error());
+        double g = 0;
+        for (int q = 0; q < 6; ++q)
+            g = fmax(g, out.err_grad[q]);
+        ck_assert_msg(out.guards_ok && out.finite, "tuning {%u, %u, %u, %u}: guards or finiteness", t->block,
+                      t->threads, t->dchunk, t->vector);
+        ck_assert_msg(out.err_o <= FORWARD_TOL && out.err_lse <= FORWARD_TOL && g <= BACKWARD_TOL,
+                      "tuning {%u, %u, %u, %u}, L=%zu: err_o %.3g err_lse %.3g grad %.3g", t->block, t->threads,
+                      t->dchunk, t->vector, cases[k].L, out.err_o, out.err_lse, g);
+    }
+    castle_context_destroy(ctx);
+}
+END_TEST
+
+/* The folded wavefront (one launch, one work-group per batch entry and head) and the per-diagonal
+   launches give bitwise the same forward and backward: only the scheduling differs. */
+START_TEST(test_fold_equals_wavefront)
+{
+    h_fwd_case c = {4, 2, 100, 24, _i ? 9 : 0, H_BLHD, 1, 0, 123};
+    h_fwd_out out[2];
+    for (int f = 0; f < 2; ++f) {
+        castle_context *ctx = NULL;
+        ck_assert(castle_context_create_default(NULL, &ctx) == CASTLE_SUCCESS);
+        castle_tuning t;
+        castle_context_get_tuning(ctx, &t);
+        t.fold = f ? 1024 : 0;
+        ck_assert_msg(castle_context_set_tuning(ctx, &t) == CASTLE_SUCCESS, "%s", castle_last_error());
+        ck_assert(h_run_backward(ctx, castle_context_queue(ctx), &c, H_GRAD_NONE, true, &out[f]) == CASTLE_SUCCESS);
+        ck_assert(out[f].guards_ok && out[f].finite);
+        castle_context_destroy(ctx);
+    }
+    const size_t n = c.B * c.H * c.L * c.d;
+    ck_assert_msg(!memcmp(out[0].o, out[1].o, n * sizeof(float)), "folded O differs from the wavefront's");
+    ck_assert_msg(!memcmp(out[0].lse, out[1].lse, n / c.d * sizeof(float)), "folded lse differs");
+    for (int k = 0; k < 6; ++k)
+        ck_assert_msg(!memcmp(out[0].grad[k], out[1].grad[k], n * sizeof(float)), "folded gradient %d differs", k);
+    h_fwd_out_free(&out[0]);
+    h_fwd_out_free(&out[1]);
+}
+END_TEST
+
 Suite *forward_suite(void)
 {
     Suite *s = suite_create("forward");
@@ -155,6 +223,11 @@ Suite *forward_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_causality, 0, 2);
     tcase_add_test(tc, test_repeat_and_wide_window);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("tunings");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_tunings, 0, (int)(sizeof tunings / sizeof tunings[0]));
+    tcase_add_loop_test(tc, test_fold_equals_wavefront, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

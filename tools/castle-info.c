@@ -370,10 +370,10 @@ static bool report_device(cl_device_id dev, cl_uint p, cl_uint d, long flat, boo
         clReleaseContext(clc);
         return false;
     }
-    castle_tuning t = {0, 0, 0};
+    castle_tuning t = {0, 0, 0, 0, 0};
     if (castle_context_get_tuning(ctx, &t) == CASTLE_SUCCESS)
-        printf("    tuning: %s (block=%u threads=%u dchunk=%u)\n", or_unknown(castle_context_tuning_name(ctx)), t.block,
-               t.threads, t.dchunk);
+        printf("    tuning: %s (block=%u threads=%u dchunk=%u vector=%u fold=%u)\n",
+               or_unknown(castle_context_tuning_name(ctx)), t.block, t.threads, t.dchunk, t.vector, t.fold);
     else
         printf("    tuning: %s (unreadable)\n", or_unknown(castle_context_tuning_name(ctx)));
     fflush(stdout);

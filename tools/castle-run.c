@@ -3,6 +3,8 @@
  *   castle-run forward --in DIR --out DIR [--window W] [--scale S] [--device P:D] [--repeat N]
  *   castle-run backward --in DIR --out DIR [--window W] [--scale S] [--device P:D] [--repeat N]
  *   castle-run random --shape B,H,L,d --out DIR [--seed S]
+ *   castle-run decode --in DIR --out DIR --prompt P [--chunk C] [--window W] [--scale S] [--device P:D]
+ *                     [--repeat N]
  *
  * Exit status: 0 success, 1 library or device failure, 2 bad usage or a malformed/unsupported .npy. */
 #define _POSIX_C_SOURCE 200809L
@@ -20,12 +22,18 @@ static const char usage[] =
     "usage: castle-run forward --in DIR --out DIR [--window W] [--scale S] [--device P:D] [--repeat N]\n"
     "       castle-run backward --in DIR --out DIR [--window W] [--scale S] [--device P:D] [--repeat N]\n"
     "       castle-run random --shape B,H,L,d --out DIR [--seed S]\n"
+    "       castle-run decode --in DIR --out DIR --prompt P [--chunk C] [--window W] [--scale S] [--device P:D]\n"
+    "                         [--repeat N]\n"
     "\n"
     "forward   reads DIR/qu.npy ku.npy vu.npy qc.npy kc.npy vc.npy (float32, C order, shape (B, H, L, d),\n"
     "          all equal), runs castle_forward and writes OUT/o.npy (B, H, L, d) and OUT/lse.npy (B, H, L).\n"
     "backward  also reads DIR/do.npy (B, H, L, d), runs the forward then castle_backward and writes\n"
     "          OUT/dqu.npy dku.npy dvu.npy dqc.npy dkc.npy dvc.npy (B, H, L, d); --repeat times the backward.\n"
     "random    writes the six inputs and do.npy, shape (B, H, L, d), uniform in [-1, 1), to OUT.\n"
+    "decode    reads the six inputs as forward does, prefills a UQ-KV cache (castle_prefill) with positions\n"
+    "          0..P-1, decodes positions P..L-1 through it (castle_decode, C tokens per call) and writes\n"
+    "          OUT/o.npy (B, H, L, d) with every output, prompt and generated; --repeat then times N more\n"
+    "          one-token decodes at t = L and prints median_ms=<per token> and cache_bytes=<size>.\n"
     "\n"
     "options:\n"
     "  --in DIR       directory holding the input .npy files\n"
@@ -35,6 +43,8 @@ static const char usage[] =
     "  --device P:D   OpenCL platform:device, or a flat index N (default: $CASTLE_DEVICE, else 0:0)\n"
     "  --shape B,H,L,d  (random) the shape to generate\n"
     "  --seed S       (random) seed of the generator (default 1)\n"
+    "  --prompt P     (decode) prompt length, 0..L (0: decode every position)\n"
+    "  --chunk C      (decode) tokens per castle_decode call (default 1)\n"
     "  --repeat N     after the run, one warm-up and N timed runs; prints median_ms=<device time of the\n"
     "                 operation alone, from OpenCL profiling events>\n"
     "  -h, --help     this text\n"
@@ -50,6 +60,7 @@ typedef struct options {
     long window;
     double scale;
     long repeat;
+    long prompt, chunk; /* decode */
 } options;
 
 static int usage_error(const char *fmt, const char *arg)
@@ -80,16 +91,19 @@ static int parse_args(int argc, char **argv, options *o)
     }
     o->cmd = argv[1];
     o->seed = 1;
-    const bool random = !strcmp(o->cmd, "random");
-    if (strcmp(o->cmd, "forward") && strcmp(o->cmd, "backward") && !random)
-        return usage_error("unknown command '%s' (supported: forward, backward, random)", o->cmd);
+    const bool random = !strcmp(o->cmd, "random"), decode = !strcmp(o->cmd, "decode");
+    o->prompt = -1;
+    o->chunk = 1;
+    if (strcmp(o->cmd, "forward") && strcmp(o->cmd, "backward") && !random && !decode)
+        return usage_error("unknown command '%s' (supported: forward, backward, random, decode)", o->cmd);
     for (int i = 2; i < argc; ++i) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(usage, stdout);
             exit(0);
         }
-        static const char *const known[] = {"--in", "--out", "--device", "--window", "--repeat", "--scale", "--shape", "--seed"};
+        static const char *const known[] = {"--in",    "--out",   "--device", "--window", "--repeat",
+                                            "--scale", "--shape", "--seed",   "--prompt", "--chunk"};
         bool is_known = false;
         for (size_t q = 0; q < sizeof known / sizeof known[0]; ++q)
             is_known = is_known || !strcmp(a, known[q]);
@@ -120,6 +134,12 @@ static int parse_args(int argc, char **argv, options *o)
             if (sscanf(v, "%zu,%zu,%zu,%zu%n", &o->shape[0], &o->shape[1], &o->shape[2], &o->shape[3], &used) != 4 ||
                 v[used] || !o->shape[0] || !o->shape[1] || !o->shape[2] || !o->shape[3] || v[0] == '-')
                 return usage_error("--shape needs four positive integers B,H,L,d, got '%s'", v);
+        } else if (!strcmp(a, "--prompt")) {
+            if (!parse_long(v, &o->prompt) || o->prompt < 0)
+                return usage_error("--prompt needs an integer >= 0, got '%s'", v);
+        } else if (!strcmp(a, "--chunk")) {
+            if (!parse_long(v, &o->chunk) || o->chunk < 1)
+                return usage_error("--chunk needs an integer >= 1, got '%s'", v);
         } else if (!strcmp(a, "--seed")) {
             char *end;
             errno = 0;
@@ -137,6 +157,8 @@ static int parse_args(int argc, char **argv, options *o)
     }
     if (!o->in)
         return usage_error("%s", "--in DIR is required");
+    if (decode && o->prompt < 0)
+        return usage_error("%s", "decode needs --prompt P");
     if (!o->out)
         return usage_error("%s", "--out DIR is required");
     return 0;
@@ -187,6 +209,7 @@ typedef struct job {
     castle_context *ctx;
     castle_attention_desc desc;
     cl_mem buf[CASTLE_TENSOR_COUNT], ws;
+    castle_cache *cache; /* decode */
 } job;
 
 typedef castle_status (*op_fn)(job *j, cl_command_queue q, cl_uint nwait, const cl_event *wait, cl_event *ev);
@@ -348,6 +371,134 @@ done:
     return rc;
 }
 
+/* ---- decode: prefill, then decode through the UQ-KV cache ---- */
+
+/* Appends desc.seq_len tokens (buf[QU..VC], packed) to the cache; outputs to buf[O]. */
+static castle_status op_decode(job *j, cl_command_queue q, cl_uint nwait, const cl_event *wait, cl_event *ev)
+{
+    cl_mem *b = j->buf;
+    return castle_decode(j->ctx, j->cache, &j->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[CASTLE_TENSOR_O], NULL, q,
+                         nwait, wait, ev);
+}
+
+/* Copies rows [r0, r0 + k) of each (b, h) slice between a (B, H, L, d) buffer and a packed
+   (B, H, k, d) one (to_full: staging -> full). */
+static cl_int copy_rows(cl_command_queue q, cl_mem full, cl_mem part, const size_t shape[4], size_t r0, size_t k,
+                        bool to_full)
+{
+    const size_t row = shape[3] * sizeof(float);
+    const size_t at_full[3] = {r0 * row, 0, 0}, at_part[3] = {0, 0, 0}, region[3] = {k * row, shape[0] * shape[1], 1};
+    return to_full ? clEnqueueCopyBufferRect(q, part, full, at_part, at_full, region, k * row, 0, shape[2] * row, 0, 0,
+                                             NULL, NULL)
+                   : clEnqueueCopyBufferRect(q, full, part, at_full, at_part, region, shape[2] * row, 0, k * row, 0, 0,
+                                             NULL, NULL);
+}
+
+static int cmd_decode(const options *opt)
+{
+    size_t shape[4] = {0, 0, 0, 0};
+    npy_array arr[6];
+    memset(arr, 0, sizeof arr);
+    int rc = 0;
+    for (int t = 0; t < 6 && !rc; ++t)
+        rc = read_input(opt->in, in_names[t], shape, &arr[t]);
+    job j;
+    memset(&j, 0, sizeof j);
+    cl_mem full[7] = {0}; /* the six inputs and o, (B, H, L, d) */
+    if (rc)
+        goto done;
+    const size_t B = shape[0], H = shape[1], L = shape[2], d = shape[3], n = arr[0].count;
+    const size_t P = (size_t)opt->prompt, C = (size_t)opt->chunk < L ? (size_t)opt->chunk : L;
+    if (P > L) {
+        fprintf(stderr, "castle-run: --prompt %zu exceeds the inputs' length L = %zu\n", P, L);
+        rc = 2;
+        goto done;
+    }
+    castle_status st = castle_context_create_default(opt->device, &j.ctx);
+    if (st) {
+        rc = lib_error(st, "opening the device");
+        goto done;
+    }
+    cl_context clc = castle_context_cl_context(j.ctx);
+    cl_command_queue q = castle_context_queue(j.ctx);
+    castle_attention_desc desc; /* the cache: room for the timed tokens too */
+    castle_attention_desc_init(&desc, B, H, L + (opt->repeat > 0 ? (size_t)opt->repeat + 1 : 0), d);
+    desc.window = opt->window;
+    desc.scale = (float)opt->scale;
+    if ((st = castle_cache_create(j.ctx, &desc, &j.cache))) {
+        rc = lib_error(st, "castle_cache_create");
+        goto done;
+    }
+    cl_int err = CL_SUCCESS;
+    for (int t = 0; t < 7 && err == CL_SUCCESS; ++t)
+        full[t] = clCreateBuffer(clc, t < 6 ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE,
+                                 n * sizeof(float), t < 6 ? arr[t].data : NULL, &err);
+    for (int t = 0; t <= CASTLE_TENSOR_O && err == CL_SUCCESS; ++t) /* staging for C tokens */
+        if (t < 6 || t == CASTLE_TENSOR_O)
+            j.buf[t] = clCreateBuffer(clc, CL_MEM_READ_WRITE, B * H * C * d * sizeof(float), NULL, &err);
+    if (err != CL_SUCCESS) {
+        rc = lib_error((castle_status)err, "allocating device buffers");
+        goto done;
+    }
+    if (P > 0) { /* the prompt straight from the full tensors: seq_len P, their strides */
+        desc.seq_len = P;
+        for (int t = 0; t <= CASTLE_TENSOR_O; ++t)
+            desc.layout[t] = (castle_layout){H * L * d, L * d, d};
+        if ((st = castle_prefill(j.ctx, j.cache, &desc, NULL, full[0], full[1], full[2], full[3], full[4], full[5],
+                                 full[6], NULL, q, 0, NULL, NULL))) {
+            rc = lib_error(st, "castle_prefill");
+            goto done;
+        }
+    }
+    j.desc = desc;
+    memset(j.desc.layout, 0, sizeof j.desc.layout); /* packed staging */
+    for (size_t pos = P; pos < L; pos += C) {
+        const size_t k = L - pos < C ? L - pos : C;
+        j.desc.seq_len = k;
+        for (int t = 0; t < 6 && err == CL_SUCCESS; ++t)
+            err = copy_rows(q, full[t], j.buf[t], shape, pos, k, false);
+        if (err != CL_SUCCESS) {
+            rc = lib_error((castle_status)err, "clEnqueueCopyBufferRect");
+            goto done;
+        }
+        if ((st = op_decode(&j, q, 0, NULL, NULL))) {
+            rc = lib_error(st, "castle_decode");
+            goto done;
+        }
+        if ((err = copy_rows(q, full[6], j.buf[CASTLE_TENSOR_O], shape, pos, k, true)) != CL_SUCCESS) {
+            rc = lib_error((castle_status)err, "clEnqueueCopyBufferRect");
+            goto done;
+        }
+    }
+    if ((rc = save_buffer(q, full[6], n, opt->out, "o", 4, shape)))
+        goto done;
+    if (opt->repeat > 0) { /* one-token decodes on top of the L cached tokens (inputs: the last row) */
+        j.desc.seq_len = 1;
+        for (int t = 0; t < 6 && err == CL_SUCCESS; ++t)
+            err = copy_rows(q, full[t], j.buf[t], shape, L - 1, 1, false);
+        if (err != CL_SUCCESS) {
+            rc = lib_error((castle_status)err, "clEnqueueCopyBufferRect");
+            goto done;
+        }
+        size_t bytes = 0;
+        castle_cache_bytes(j.cache, &bytes);
+        if (!(rc = time_op(&j, op_decode, "castle_decode", q, opt->repeat)))
+            printf("cache_bytes=%zu\n", bytes);
+    }
+done:
+    for (int t = 0; t < 7; ++t)
+        if (full[t])
+            clReleaseMemObject(full[t]);
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
+        if (j.buf[t])
+            clReleaseMemObject(j.buf[t]);
+    for (int t = 0; t < 6; ++t)
+        npy_free(&arr[t]);
+    castle_cache_destroy(j.cache);
+    castle_context_destroy(j.ctx);
+    return rc;
+}
+
 static unsigned long long mix64(unsigned long long z)
 {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -387,5 +538,7 @@ int main(int argc, char **argv)
         return rc;
     if (!strcmp(opt.cmd, "random"))
         return cmd_random(&opt);
+    if (!strcmp(opt.cmd, "decode"))
+        return cmd_decode(&opt);
     return cmd_train(&opt, !strcmp(opt.cmd, "backward"));
 }

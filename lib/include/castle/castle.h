@@ -110,19 +110,30 @@ CASTLE_API cl_context castle_context_cl_context(const castle_context *ctx);
 CASTLE_API const char *castle_build_log(const castle_context *ctx);
 
 /* ---- Tuning ------------------------------------------------------------------------------- */
-/* Block and work-group sizes.  Chosen at context creation from the built-in per-device table
-   (vendor -> device -> default), then overridden by the environment variable CASTLE_TUNING
-   ("block=32,threads=256,dchunk=32"; missing keys keep their value), then by
+/* Block, work-group and vector sizes.  Chosen at context creation from the built-in per-device
+   table (vendor -> device -> default), then the tuning file castle-tune writes ($CASTLE_TUNING_FILE,
+   else $XDG_CONFIG_HOME/castle/tuning.tsv, else ~/.config/castle/tuning.tsv; the entry for this
+   device name and driver version, if valid), then the environment variable CASTLE_TUNING
+   ("block=32,threads=256,dchunk=32,vector=8,fold=8"; missing keys keep their value), then
    castle_context_set_tuning().  Constraints: block in {8,16,32,64}; threads a multiple of block,
    dividing block*block and block*dchunk, at most the device's work-group size; dchunk in
-   {4,8,16,32,64}; the local memory the kernels need must fit the device's. */
+   {4,8,16,32,64}; vector in {0,1,4,8,16} dividing block and dchunk (0: the table's width for the
+   device, narrowed until it divides them); fold at most 1024; the local memory the kernels need
+   must fit the device's. */
 typedef struct castle_tuning {
     unsigned block;   /* BLK: rows per block (SPEC section 3) */
     unsigned threads; /* work-items per work-group */
     unsigned dchunk;  /* columns of d staged through local memory per step */
+    unsigned vector;  /* SIMD width of the kernels' dot products (1 = scalar) */
+    unsigned fold;    /* sequences of at most `fold` blocks run the whole wavefront in one launch (one
+                         work-group per batch entry and head) when batch x heads >= 2 x the device's
+                         compute units; 0 never folds */
 } castle_tuning;
 CASTLE_API castle_status castle_context_get_tuning(const castle_context *ctx, castle_tuning *out);
-/* Name of the table entry used ("default", "pocl-cpu", ...; "environment"/"api" when overridden). */
+/* The path of the tuning file the library reads (and castle-tune writes), into path[0 .. size). */
+CASTLE_API castle_status castle_tuning_file(char *path, size_t size);
+/* Name of the table entry used ("default", "pocl-cpu", ...; "shrunk" when cut down to fit the device;
+   "file", "environment" or "api" when overridden). */
 CASTLE_API const char *castle_context_tuning_name(const castle_context *ctx);
 /* Validates against the device and installs.  Workspaces are sized by the block: a workspace sized
    under one tuning must not be used under another. */
@@ -250,8 +261,8 @@ CASTLE_API castle_status castle_cache_buffer(const castle_cache *cache, castle_c
 /* Prefill of an empty cache (else CASTLE_ERR_CACHE_NOT_EMPTY) with a prompt of desc->seq_len = P
    tokens laid out by desc (batch, heads, head_dim, window and scale as the cache's, else
    CASTLE_ERR_SHAPE_MISMATCH).  prompt_lengths: NULL means every sequence has P tokens; otherwise
-   sequence b has prompt_lengths[b] <= P tokens (rows beyond it are ignored; at most the capacity,
-   else CASTLE_ERR_CACHE_FULL).  Writes o (and lse, unless NULL) as castle_forward does for the first
+   sequence b has prompt_lengths[b] <= P tokens (at most the capacity, else CASTLE_ERR_CACHE_FULL); its
+   later rows are read by the forward pass, so they must hold finite values, but they change nothing.  Writes o (and lse, unless NULL) as castle_forward does for the first
    prompt_lengths[b] rows of each sequence (later rows: unspecified values), and the cache: U by the
    forward's D (SPEC section 3) or, for sequences shorter than P, by one flash-style gated pass.
    Allocates the forward's workspace for the call. */
@@ -264,8 +275,9 @@ CASTLE_API castle_status castle_prefill(castle_context *ctx, castle_cache *cache
 /* Appends n = desc->seq_len >= 1 tokens to every sequence (their six projections, rows 0..n-1 of
    the inputs) and writes their outputs o (and lse, unless NULL) in rows 0..n-1.  Per token: the
    rank-1 update U[s] += G[s,t] vU_t (rows s >= t - W only for CASTLE-SWL), the append of qU_t, kC_t,
-   vC_t, and the attention over the cache: O(t d) work in two launches, split over the cache rows
-   so that one sequence uses many work-groups; no host round trip, no allocation.  Would any sequence
+   vC_t, and the attention over the cache: O(t d) work in two launches (n tokens: 2n, one token
+   after the other), split over the cache rows so that one sequence uses many work-groups; no host
+   round trip, no allocation.  Would any sequence
    pass the capacity, returns CASTLE_ERR_CACHE_FULL with nothing enqueued and the cache unchanged.
    Works on an empty cache too (a prompt decoded token by token). */
 CASTLE_API castle_status castle_decode(castle_context *ctx, castle_cache *cache, const castle_attention_desc *desc,
@@ -273,6 +285,73 @@ CASTLE_API castle_status castle_decode(castle_context *ctx, castle_cache *cache,
                                        cl_mem o, cl_mem lse, cl_command_queue queue, cl_uint num_wait_events,
                                        const cl_event *wait_events, cl_event *event);
 /* ---- end of the UQ-KV cache section ----------------------------------------------------------- */
+
+/* ---- Standard causal attention (baseline) ------------------------------------------------------ */
+/* Plain causal softmax attention, the baseline CASTLE is measured against on the same device, with
+   the same descriptor, conventions and validation:
+       o_t = sum_{s <= t} softmax_s(scale q_t . k_s) v_s,    lse_t = log sum_{s <= t} exp(scale q_t . k_s)
+   q, k, v use the descriptor's QC, KC, VC layouts (and are named qc, kc, vc in error messages);
+   o, lse the O and LSE layouts; d_o, dq, dk, dv the DO, DQC, DKC, DVC layouts.  scale 0 means
+   1/sqrt(d).  window and the U tensors' layouts are ignored (causal attention has no lookahead), so
+   one descriptor serves both CASTLE and its baseline.  FlashAttention-2 style (cl/causal.cl): no
+   workspace, O(L d) memory, nominal forward FLOPs 2 d L^2 per batch entry and head (SPEC
+   section 6), backward without atomics (bitwise reproducible on a device). */
+
+/* o and lse (both required) from q, k, v: one launch.  o and lse must not overlap any input. */
+CASTLE_API castle_status castle_causal_forward(castle_context *ctx, const castle_attention_desc *desc,
+                                               cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
+                                               cl_command_queue queue, cl_uint num_wait_events,
+                                               const cl_event *wait_events, cl_event *event);
+
+/* Gradients of a loss with respect to q, k, v given d_o = dLoss/dO, o and lse as
+   castle_causal_forward wrote them.  dq, dk, dv are overwritten (not accumulated) and must not
+   overlap each other or any input.  Two launches (dK and dV per key block, then dQ per query block). */
+CASTLE_API castle_status castle_causal_backward(castle_context *ctx, const castle_attention_desc *desc,
+                                                cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o,
+                                                cl_mem dq, cl_mem dk, cl_mem dv, cl_command_queue queue,
+                                                cl_uint num_wait_events, const cl_event *wait_events,
+                                                cl_event *event);
+
+/* A KV cache for decoding with the baseline: K and V of every cached token, for each batch entry and
+   head, on the device.  Every sequence of the batch has the same length.  Calls on one cache must
+   run in the order they are made (one in-order queue, or each call's event in the next call's wait
+   list).  After an OpenCL failure inside a prefill or decode the contents are unspecified: reset. */
+typedef struct castle_kv_cache castle_kv_cache;
+
+/* desc gives batch, heads and head_dim; its seq_len is the capacity (tokens per sequence); window,
+   scale and layouts are not used.  The cache uses ctx (which must outlive it) and starts empty. */
+CASTLE_API castle_status castle_kv_cache_create(castle_context *ctx, const castle_attention_desc *desc,
+                                                castle_kv_cache **out);
+/* Releases the cache's buffers.  Accepts NULL. */
+CASTLE_API void castle_kv_cache_destroy(castle_kv_cache *cache);
+/* Back to length 0 (host-side only: nothing is enqueued, nothing reallocated). */
+CASTLE_API castle_status castle_kv_cache_reset(castle_kv_cache *cache);
+/* Device memory the cache holds, bytes: K, V and the decode scratch. */
+CASTLE_API castle_status castle_kv_cache_bytes(const castle_kv_cache *cache, size_t *bytes);
+/* Tokens each sequence holds. */
+CASTLE_API castle_status castle_kv_cache_length(const castle_kv_cache *cache, size_t *length);
+
+/* Prefill of an empty cache (else CASTLE_ERR_CACHE_NOT_EMPTY) with a prompt of desc->seq_len = P
+   tokens: o (and lse, unless NULL) as castle_causal_forward writes them, and K, V appended to the
+   cache.  batch, heads and head_dim must be the cache's (else CASTLE_ERR_SHAPE_MISMATCH); scale is
+   the descriptor's.  More than the capacity: CASTLE_ERR_CACHE_FULL, nothing enqueued. */
+CASTLE_API castle_status castle_causal_prefill(castle_context *ctx, castle_kv_cache *cache,
+                                               const castle_attention_desc *desc, cl_mem q, cl_mem k, cl_mem v,
+                                               cl_mem o, cl_mem lse, cl_command_queue queue,
+                                               cl_uint num_wait_events, const cl_event *wait_events,
+                                               cl_event *event);
+/* Appends n = desc->seq_len >= 1 tokens (rows 0..n-1 of q, k, v, at positions length..length+n-1)
+   and writes their outputs o (and lse, unless NULL) in rows 0..n-1: each new token attends to the
+   cache and to the new tokens up to itself.  Two launches (append, attention), three when a short
+   call splits the cache's keys among several work-groups; no host round trip, no allocation.  Past
+   the capacity: CASTLE_ERR_CACHE_FULL, nothing enqueued, the cache unchanged.  Works on an empty
+   cache too. */
+CASTLE_API castle_status castle_causal_decode(castle_context *ctx, castle_kv_cache *cache,
+                                              const castle_attention_desc *desc, cl_mem q, cl_mem k, cl_mem v,
+                                              cl_mem o, cl_mem lse, cl_command_queue queue,
+                                              cl_uint num_wait_events, const cl_event *wait_events,
+                                              cl_event *event);
+/* ---- end of the standard causal attention section --------------------------------------------- */
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,658 @@
+/* causal.cl: standard causal softmax attention, the baseline CASTLE is compared with.
+ *
+ *   o_t = sum_{s <= t} softmax_s(sc q_t . k_s) v_s,   lse_t = log sum_{s <= t} exp(sc q_t . k_s)
+ *
+ * FlashAttention-2 style: a work-group owns a block of BLK query rows (or, in the backward pass, of
+ * BLK key rows) and loops over the blocks of the other side with an online softmax, so the forward
+ * pass is one launch and the backward pass two (keys, then queries), without atomics.
+ *
+ * Mapping.  The BLK x BLK score block is split among the CC_NT work-items (below) as CC_RPW rows x
+ * one vector of CC_VK columns each (CC_VK = min(16, BLK*BLK/CC_NT)), and the BLK x d accumulators as
+ * CC_UPW units of (one row, one vector of CC_VK columns of d).  Vectors run along the dimension that
+ * stays contiguous in local memory, so a CPU device gets SIMD code without reassociating any sum, and
+ * the per-row softmax statistics are elementwise vector operations (no horizontal reductions):
+ *   forward      scores transposed (key rows x query vectors) against Q^T, staged once per
+ *                work-group (when d <= CC_TROWS); K and V rows are read straight from global memory (each row is read by
+ *                the work-items of one key, each V vector by the work-items of one column vector).
+ *   backward kv  scores (query rows x key vectors) against K^T, staged once; V^T staged once too
+ *                when it fits beside K^T (d <= CC_TROWS / 2) or d <= DT, else per query block in
+ *                DT-column chunks; dV, dK by (key row, column vector).
+ *   backward q   scores transposed against Q^T, staged once; dO^T staged like V^T above; dQ by
+ *                (query row, column vector).
+ * Delta_t = dO_t . O_t is recomputed where it is needed (BLK d work per block pair, no workspace).
+ *
+ * Decode with a KV cache: castle_causal_append copies the new rows into the cache, then the forward
+ * kernel runs with the cache as K, V and the new rows' positions offset by t0 (the cache length).
+ * With nsplit > 1 the key range of each query block is split among nsplit work-groups that write
+ * unnormalised partials (acc, m, l), and castle_causal_combine merges them (decode of a few tokens
+ * at a long context: the parallelism comes from the keys).
+ *
+ * Local memory (floats): BLK (CC_TROWS + DT + 2 BLK + 3) at most (host/tuning.c). */
+
+#ifndef CC_DMAX
+#define CC_DMAX 256 /* CASTLE_MAX_HEAD_DIM */
+#endif
+/* Columns of d a transposed Q^T or K^T tile holds: all of them (256) under the usual tunings; on
+   tunings shrunk for small local memories the tile is staged in pieces, so that these kernels never
+   need more local memory than cl/backward.cl (host/tuning.c). */
+#define CC_TROWS (4 * (BLK + DT) < CC_DMAX ? 4 * (BLK + DT) : CC_DMAX)
+
+#if (NT % BLK) != 0 || ((BLK * BLK) % NT) != 0 || NT < BLK
+#error "causal.cl: NT must be a multiple of BLK that divides BLK*BLK"
+#endif
+
+/* Work-group size CC_NT.  On SIMD CPUs (tuning vector VW > 1) fewer, wider work-items are faster:
+   BLK*BLK/16 of them, each with 16-wide vectors (PoCL: 4x the speed of 256 work-items with 4-wide
+   vectors).  Elsewhere NT.  The host reads the size back from the kernel (reqd_work_group_size). */
+#if defined(VW) && VW > 1 && NT > BLK * BLK / (BLK < 16 ? BLK : 16)
+#define CC_NT (BLK * BLK / (BLK < 16 ? BLK : 16))
+#else
+#define CC_NT NT
+#endif
+#define CC_EPT (BLK * BLK / CC_NT) /* entries of a BLK x BLK block per work-item */
+#if CC_EPT >= 16
+#define CC_VK 16
+#elif CC_EPT >= 8
+#define CC_VK 8
+#elif CC_EPT >= 4
+#define CC_VK 4
+#elif CC_EPT >= 2
+#define CC_VK 2
+#else
+#define CC_VK 1
+#endif
+
+#define CC_CAT_(a, b) a##b
+#define CC_CAT(a, b) CC_CAT_(a, b)
+#if CC_VK == 1
+typedef float cc_vec;
+typedef int cc_ivec;
+#define CC_LOAD(p) (*(p))
+#define CC_STORE(x, p) (*(p) = (x))
+#define CC_IOTA 0
+#else
+typedef CC_CAT(float, CC_VK) cc_vec;
+typedef CC_CAT(int, CC_VK) cc_ivec;
+#define CC_LOAD(p) CC_CAT(vload, CC_VK)(0, p)
+#define CC_STORE(x, p) CC_CAT(vstore, CC_VK)(x, 0, p)
+#if CC_VK == 2
+#define CC_IOTA ((cc_ivec)(0, 1))
+#elif CC_VK == 4
+#define CC_IOTA ((cc_ivec)(0, 1, 2, 3))
+#elif CC_VK == 8
+#define CC_IOTA ((cc_ivec)(0, 1, 2, 3, 4, 5, 6, 7))
+#else
+#define CC_IOTA ((cc_ivec)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+#endif
+#endif
+
+#define CC_QG (BLK / CC_VK)                      /* vectors across a block */
+#define CC_RG (CC_NT / CC_QG)                    /* row groups: lid owns rows lid / CC_QG + m CC_RG */
+#define CC_RPW (BLK / CC_RG)                     /* rows per work-item (m < CC_RPW) */
+#define CC_UPW (BLK * (CC_DMAX / CC_VK) / CC_NT) /* accumulator units per work-item */
+
+/* n <= CC_VK elements of p as a vector (zeros beyond n). */
+inline cc_vec cc_vload_part(__global const float *p, int n)
+{
+    if (n >= CC_VK)
+        return CC_LOAD(p);
+    float t[CC_VK];
+    for (int e = 0; e < CC_VK; ++e)
+        t[e] = e < n ? p[e] : 0.0f;
+    return CC_LOAD(t);
+}
+
+/* The first min(n, CC_VK) lanes of x to p. */
+inline void cc_vstore_part(cc_vec x, __global float *p, int n)
+{
+    if (n >= CC_VK) {
+        CC_STORE(x, p);
+        return;
+    }
+    float t[CC_VK];
+    CC_STORE(x, t);
+    for (int e = 0; e < n; ++e)
+        p[e] = t[e];
+}
+
+/* sum_{c < n} x[c] t[c * BLK]: a row of global memory against a transposed local tile.  Four partial
+   sums (fixed order) keep four FMA chains in flight. */
+__attribute__((always_inline)) inline cc_vec cc_dot_t(__global const float *x, __local const float *t, int n)
+{
+    cc_vec y0 = 0.0f, y1 = 0.0f, y2 = 0.0f, y3 = 0.0f;
+    int c = 0;
+    for (; c + 4 <= n; c += 4) {
+        y0 += x[c] * CC_LOAD(t + c * BLK);
+        y1 += x[c + 1] * CC_LOAD(t + (c + 1) * BLK);
+        y2 += x[c + 2] * CC_LOAD(t + (c + 2) * BLK);
+        y3 += x[c + 3] * CC_LOAD(t + (c + 3) * BLK);
+    }
+    for (; c < n; ++c)
+        y0 += x[c] * CC_LOAD(t + c * BLK);
+    return (y0 + y1) + (y2 + y3);
+}
+
+/* acc + sum_{s < n} w[s * BLK] g[s * gs .. + CC_VK): weights from local memory against vectors of
+   global rows (row stride gs); `width` < CC_VK reads only the first width columns of each row. */
+__attribute__((always_inline)) inline cc_vec cc_axpy_rows(cc_vec acc, __local const float *w, __global const float *g, ulong gs, int n, int width)
+{
+    cc_vec y0 = 0.0f, y1 = 0.0f, y2 = 0.0f, y3 = 0.0f;
+    int s = 0;
+    if (width >= CC_VK) {
+        for (; s + 4 <= n; s += 4) {
+            y0 += w[s * BLK] * CC_LOAD(g + s * gs);
+            y1 += w[(s + 1) * BLK] * CC_LOAD(g + (s + 1) * gs);
+            y2 += w[(s + 2) * BLK] * CC_LOAD(g + (s + 2) * gs);
+            y3 += w[(s + 3) * BLK] * CC_LOAD(g + (s + 3) * gs);
+        }
+    }
+    for (; s < n; ++s)
+        y0 += w[s * BLK] * cc_vload_part(g + s * gs, width);
+    return acc + ((y0 + y1) + (y2 + y3));
+}
+
+/* Offset of partial i (of P) of row `row` of batch x head bh: d accumulator columns, then m and l. */
+inline ulong cc_partial(int bh, int n, int row, int P, int i, int d)
+{
+    return (((ulong)bh * n + row) * P + i) * (ulong)(d + 2);
+}
+
+/* The sum of x's lanes. */
+inline float cc_hsum(cc_vec x)
+{
+    float t[CC_VK], r = 0.0f;
+    CC_STORE(x, t);
+    for (int e = 0; e < CC_VK; ++e)
+        r += t[e];
+    return r;
+}
+
+/* a . b over d elements. */
+inline float cc_row_dot(__global const float *a, __global const float *b, int d)
+{
+    cc_vec s = 0.0f;
+    int c = 0;
+    for (; c + CC_VK <= d; c += CC_VK)
+        s += CC_LOAD(a + c) * CC_LOAD(b + c);
+    float r = cc_hsum(s);
+    for (; c < d; ++c)
+        r += a[c] * b[c];
+    return r;
+}
+
+/* Rows [row0, row0 + BLK) x columns [c0, c0 + ncols) of a row-major matrix (row stride rs) into
+   the transposed tile t[c * BLK + r]; rows >= nrows read as 0. */
+inline void cc_load_t(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int ncols)
+{
+    for (int e = get_local_id(0); e < ncols * BLK; e += CC_NT) {
+        const int r = e % BLK, c = e / BLK;
+        t[e] = row0 + r < nrows ? p[(ulong)(row0 + r) * rs + c0 + c] : 0.0f;
+    }
+}
+
+/* x with -INFINITY lanes replaced by 0: the reference point of a softmax that has seen no key. */
+inline cc_vec cc_finite_or_zero(cc_vec x) { return select(x, (cc_vec)0.0f, isinf(x)); }
+
+/* Forward pass over query rows 0..n-1 at positions t0..t0+n-1 (keys 0..t0+n-1 in k, v).
+ * Work-group (g, bh): query block nq-1-g/nsplit (the longest first), key split g % nsplit. */
+__kernel __attribute__((reqd_work_group_size(CC_NT, 1, 1)))
+void castle_causal_forward(const int n, const int t0, const int d, const int H, const float sc,
+                           __global const float *q, const ulong4 sq,
+                           __global const float *k, const ulong4 sk,
+                           __global const float *v, const ulong4 sv,
+                           __global float *o, const ulong4 so,
+                           __global float *lse, const ulong4 slse, const int want_lse,
+                           const int nsplit, __global float *part)
+{
+    __local float Qt[CC_TROWS * BLK]; /* Q^T of the block, CC_TROWS columns at a time: Qt[c * BLK + row] */
+    __local float sP[BLK * BLK];  /* P^T of the current key block: sP[key * BLK + row] */
+    __local float sR[CC_RG * BLK];   /* per row group: partial max, at the end partial sums */
+    __local float sM[BLK], sA[BLK], sL[BLK];
+    const int lid = get_local_id(0);
+    const int nq = (n + BLK - 1) / BLK;
+    const int qb = nq - 1 - (int)get_group_id(0) / nsplit, sp = (int)get_group_id(0) % nsplit;
+    const int bh = get_group_id(1);
+    const uint b = bh / H, h = bh % H;
+    const int q0 = qb * BLK, qrows = min(BLK, n - q0);
+    const int pos0 = t0 + q0;         /* row r sees the keys s <= pos0 + r */
+    const int nkeys = pos0 + qrows;   /* keys the block sees */
+    const int nkb = (nkeys + BLK - 1) / BLK, kps = (nkb + nsplit - 1) / nsplit;
+    const int kb0 = sp * kps, kb1 = min(nkb, kb0 + kps);
+    __global const float *pq = q + tensor_offset(sq, b, h, q0);
+    __global const float *pk = k + tensor_offset(sk, b, h, 0);
+    __global const float *pv = v + tensor_offset(sv, b, h, 0);
+    const int vg = lid % CC_QG, rg = lid / CC_QG;
+
+    const int qstep = min(d, CC_TROWS); /* columns of Q^T staged at a time (all: once, here) */
+    if (qstep == d)
+        cc_load_t(Qt, pq, sq.z, 0, qrows, 0, d);
+    if (lid < BLK)
+        sM[lid] = -INFINITY;
+    cc_vec lpart = 0.0f;
+    cc_vec acc[CC_UPW];
+    for (int u = 0; u < CC_UPW; ++u)
+        acc[u] = 0.0f;
+    const cc_ivec pos = (cc_ivec)(pos0 + vg * CC_VK) + CC_IOTA; /* positions of this work-item's query lanes */
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int kb = kb0; kb < kb1; ++kb) {
+        const int s0 = kb * BLK;
+        /* Scores of key rows rg + m CC_RG against the query vector vg. */
+        cc_vec a[CC_RPW], mx = -INFINITY;
+        for (int m = 0; m < CC_RPW; ++m)
+            a[m] = 0.0f;
+        for (int c0 = 0; c0 < d; c0 += qstep) {
+            const int nc = min(qstep, d - c0);
+            if (qstep < d) {
+                if (c0 > 0)
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                cc_load_t(Qt, pq, sq.z, 0, qrows, c0, nc);
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+            for (int m = 0; m < CC_RPW; ++m) {
+                const int s = s0 + rg + m * CC_RG;
+                if (s < nkeys)
+                    a[m] += cc_dot_t(pk + (ulong)s * sk.z + c0, Qt + vg * CC_VK, nc);
+            }
+        }
+        for (int m = 0; m < CC_RPW; ++m) {
+            const int s = s0 + rg + m * CC_RG;
+            a[m] = s < nkeys ? select(a[m] * sc, (cc_vec)(-INFINITY), (cc_ivec)s > pos) : (cc_vec)(-INFINITY);
+            mx = fmax(mx, a[m]);
+        }
+        CC_STORE(mx, sR + rg * BLK + vg * CC_VK);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < CC_QG) { /* new running max and the rescale factor of each query row */
+            const cc_vec m_old = CC_LOAD(sM + lid * CC_VK);
+            cc_vec m_new = m_old;
+            for (int g = 0; g < CC_RG; ++g)
+                m_new = fmax(m_new, CC_LOAD(sR + g * BLK + lid * CC_VK));
+            CC_STORE(exp(m_old - cc_finite_or_zero(m_new)), sA + lid * CC_VK);
+            CC_STORE(m_new, sM + lid * CC_VK);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const cc_vec ref = cc_finite_or_zero(CC_LOAD(sM + vg * CC_VK));
+        cc_vec ps = 0.0f;
+        for (int m = 0; m < CC_RPW; ++m) {
+            const cc_vec p = exp(a[m] - ref);
+            ps += p;
+            CC_STORE(p, sP + (rg + m * CC_RG) * BLK + vg * CC_VK);
+        }
+        lpart = lpart * CC_LOAD(sA + vg * CC_VK) + ps;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* acc = alpha acc + P V over this key block. */
+        const int nk = min(BLK, nkeys - s0);
+        for (int u = 0; u < CC_UPW; ++u) {
+            const int unit = lid + u * CC_NT, row = unit % BLK, c0 = unit / BLK * CC_VK;
+            if (c0 >= d || row >= qrows)
+                continue;
+            acc[u] = cc_axpy_rows(acc[u] * sA[row], sP + row, pv + (ulong)s0 * sv.z + c0, sv.z, nk, d - c0);
+        }
+    }
+
+    CC_STORE(lpart, sR + rg * BLK + vg * CC_VK);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < CC_QG) {
+        cc_vec l = 0.0f;
+        for (int g = 0; g < CC_RG; ++g)
+            l += CC_LOAD(sR + g * BLK + lid * CC_VK);
+        CC_STORE(l, sL + lid * CC_VK);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (nsplit == 1) {
+        if (want_lse && lid < qrows)
+            lse[tensor_offset(slse, b, h, q0 + lid)] = sM[lid] + log(sL[lid]);
+        for (int u = 0; u < CC_UPW; ++u) {
+            const int unit = lid + u * CC_NT, row = unit % BLK, c0 = unit / BLK * CC_VK;
+            if (c0 < d && row < qrows)
+                cc_vstore_part(acc[u] / sL[row], o + tensor_offset(so, b, h, q0 + row) + c0, d - c0);
+        }
+    } else { /* partial sp of each row for castle_causal_combine */
+        if (lid < qrows) {
+            __global float *pp = part + cc_partial(bh, n, q0 + lid, nsplit, sp, d);
+            pp[d] = sM[lid];
+            pp[d + 1] = sL[lid];
+        }
+        for (int u = 0; u < CC_UPW; ++u) {
+            const int unit = lid + u * CC_NT, row = unit % BLK, c0 = unit / BLK * CC_VK;
+            if (c0 < d && row < qrows)
+                cc_vstore_part(acc[u], part + cc_partial(bh, n, q0 + row, nsplit, sp, d) + c0, d - c0);
+        }
+    }
+}
+
+/* Decode of n <= CC_DQ new rows (positions t0..t0+n-1) against the cache's keys 0..t0+n-1: no
+ * blocks, no barriers.  Work-group (split, bh); each work-item streams a contiguous range of about
+ * (t0 + n) / (nsplit CC_DNT) keys once, with an online softmax per new row, and leaves partial
+ * sp CC_DNT + lid of each row for castle_causal_combine. */
+#define CC_DQ 4 /* host/causal.c DECODE_ROWS */
+#define CC_NV (CC_DMAX / CC_VK)
+/* No local memory, no barriers: a small group bounds the private state (2 CC_DQ CC_DMAX floats per
+   work-item) a CPU device keeps for the whole group. */
+#define CC_DNT (CC_NT < 64 ? CC_NT : 64)
+__kernel __attribute__((reqd_work_group_size(CC_DNT, 1, 1)))
+void castle_causal_decode(const int n, const int t0, const int d, const int H, const float sc,
+                          __global const float *q, const ulong4 sq,
+                          __global const float *k, __global const float *v, const ulong4 sc_,
+                          const int nsplit, __global float *part)
+{
+    const int lid = get_local_id(0), bh = get_group_id(1);
+    const uint b = bh / H, h = bh % H;
+    const int P = nsplit * CC_DNT, pi = (int)get_group_id(0) * CC_DNT + lid;
+    const int per = (t0 + n + P - 1) / P, s_begin = pi * per, s_end = min(s_begin + per, t0 + n);
+    const int nfull = d / CC_VK, tail = d - nfull * CC_VK; /* column vectors: full ones, then the rest */
+    const int nv = nfull + (tail > 0);
+    __global const float *pk = k + tensor_offset(sc_, b, h, 0);
+    __global const float *pv = v + tensor_offset(sc_, b, h, 0);
+    cc_vec qv[CC_DQ][CC_NV], acc[CC_DQ][CC_NV];
+    float m[CC_DQ], l[CC_DQ];
+    for (int r = 0; r < n; ++r) {
+        __global const float *qr = q + tensor_offset(sq, b, h, r);
+        for (int j = 0; j < nv; ++j) {
+            qv[r][j] = cc_vload_part(qr + j * CC_VK, d - j * CC_VK);
+            acc[r][j] = 0.0f;
+        }
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    for (int s = s_begin; s < s_end; ++s) {
+        __global const float *kr = pk + (ulong)s * sc_.z, *vr = pv + (ulong)s * sc_.z;
+        for (int r = max(0, s - t0); r < n; ++r) { /* the rows that see key s */
+            cc_vec y0 = 0.0f, y1 = 0.0f;
+            int j = 0;
+            for (; j + 2 <= nfull; j += 2) {
+                y0 += qv[r][j] * CC_LOAD(kr + j * CC_VK);
+                y1 += qv[r][j + 1] * CC_LOAD(kr + (j + 1) * CC_VK);
+            }
+            if (j < nfull)
+                y0 += qv[r][j] * CC_LOAD(kr + j * CC_VK);
+            if (tail)
+                y1 += qv[r][nfull] * cc_vload_part(kr + nfull * CC_VK, tail);
+            const float x = cc_hsum(y0 + y1) * sc;
+            if (x > m[r]) { /* new running max: rescale (rare once the first keys are in) */
+                const float alpha = exp(m[r] - x);
+                l[r] *= alpha;
+                for (j = 0; j < nv; ++j)
+                    acc[r][j] *= alpha;
+                m[r] = x;
+            }
+            const float p = exp(x - m[r]);
+            l[r] += p;
+            for (j = 0; j < nfull; ++j)
+                acc[r][j] += p * CC_LOAD(vr + j * CC_VK);
+            if (tail)
+                acc[r][nfull] += p * cc_vload_part(vr + nfull * CC_VK, tail);
+        }
+    }
+    for (int r = 0; r < n; ++r) {
+        __global float *pp = part + cc_partial(bh, n, r, P, pi, d);
+        for (int j = 0; j < nv; ++j)
+            cc_vstore_part(acc[r][j], pp + j * CC_VK, d - j * CC_VK);
+        pp[d] = m[r];
+        pp[d + 1] = l[r];
+    }
+}
+
+/* Merges the P partials of each new row: o = sum_i e^(m_i - M) acc_i / sum_i e^(m_i - M) l_i,
+   lse = M + log sum_i e^(m_i - M) l_i (M = max_i m_i; a partial that saw no key has m = -inf, l = 0). */
+__kernel __attribute__((reqd_work_group_size(CC_NT, 1, 1)))
+void castle_causal_combine(const int n, const int d, const int H, const int P, __global const float *part,
+                           __global float *o, const ulong4 so, __global float *lse, const ulong4 slse,
+                           const int want_lse)
+{
+    const int qb = get_group_id(0), bh = get_group_id(1);
+    const uint b = bh / H, h = bh % H;
+    const int q0 = qb * BLK, qrows = min(BLK, n - q0);
+    for (int e = get_local_id(0); e < qrows * (d + 1); e += CC_NT) {
+        const int r = e / (d + 1), c = e % (d + 1); /* c == d: lse */
+        __global const float *pr = part + cc_partial(bh, n, q0 + r, P, 0, d);
+        float M = -INFINITY;
+        for (int i = 0; i < P; ++i)
+            M = fmax(M, pr[i * (d + 2) + d]);
+        float l = 0.0f, x = 0.0f;
+        for (int i = 0; i < P; ++i) {
+            const float w = exp(pr[i * (d + 2) + d] - M);
+            l += w * pr[i * (d + 2) + d + 1];
+            if (c < d)
+                x += w * pr[i * (d + 2) + c];
+        }
+        if (c < d)
+            o[tensor_offset(so, b, h, q0 + r) + c] = x / l;
+        else if (want_lse)
+            lse[tensor_offset(slse, b, h, q0 + r)] = M + log(l);
+    }
+}
+
+/* Rows 0..n-1 of k, v to rows t0..t0+n-1 of the cache (strides sc). */
+__kernel __attribute__((reqd_work_group_size(CC_NT, 1, 1)))
+void castle_causal_append(const int n, const int t0, const int d, const int H,
+                          __global const float *k, const ulong4 sk, __global const float *v, const ulong4 sv,
+                          __global float *ck, __global float *cv, const ulong4 sc)
+{
+    const int bh = get_group_id(1);
+    const uint b = bh / H, h = bh % H;
+    const ulong total = (ulong)n * d;
+    for (ulong e = get_global_id(0); e < total; e += get_global_size(0)) {
+        const uint r = e / d, c = e % d;
+        ck[tensor_offset(sc, b, h, t0 + r) + c] = k[tensor_offset(sk, b, h, r) + c];
+        cv[tensor_offset(sc, b, h, t0 + r) + c] = v[tensor_offset(sv, b, h, r) + c];
+    }
+}
+
+/* Backward, key side: work-group (j, bh) owns key block j (the longest first) and loops over the
+ * query blocks i >= j:  P = exp(sc Q_i K_j^T - lse_i),  dP = dO_i V_j^T,  dS = P (dP - Delta_i),
+ * dV_j += P^T dO_i,  dK_j += sc dS^T Q_i. */
+__kernel __attribute__((reqd_work_group_size(CC_NT, 1, 1)))
+void castle_causal_backward_kv(const int L, const int d, const int H, const float sc,
+                               __global const float *q, const ulong4 sq,
+                               __global const float *k, const ulong4 sk,
+                               __global const float *v, const ulong4 sv,
+                               __global const float *o, const ulong4 so,
+                               __global const float *lse, const ulong4 slse,
+                               __global const float *dO, const ulong4 sdo,
+                               __global float *dk, const ulong4 sdk,
+                               __global float *dv, const ulong4 sdv)
+{
+    __local float Kt[CC_TROWS * BLK]; /* K_j^T, CC_TROWS columns at a time: Kt[c * BLK + key] */
+    __local float Vc[DT * BLK];   /* V_j^T, DT columns at a time when it does not fit beside K_j^T */
+    __local float sP[BLK * BLK];  /* P[row * BLK + key] */
+    __local float sD[BLK * BLK];  /* dS[row * BLK + key] */
+    __local float sLse[BLK], sDel[BLK];
+    const int lid = get_local_id(0);
+    const int N = (L + BLK - 1) / BLK, kb = get_group_id(0), bh = get_group_id(1);
+    const uint b = bh / H, h = bh % H;
+    const int s0 = kb * BLK, krows = min(BLK, L - s0);
+    __global const float *pq = q + tensor_offset(sq, b, h, 0);
+    __global const float *pk = k + tensor_offset(sk, b, h, s0);
+    __global const float *pv = v + tensor_offset(sv, b, h, s0);
+    __global const float *po = o + tensor_offset(so, b, h, 0);
+    __global const float *pdo = dO + tensor_offset(sdo, b, h, 0);
+    const int vg = lid % CC_QG, rg = lid / CC_QG;
+    const cc_ivec key = (cc_ivec)(s0 + vg * CC_VK) + CC_IOTA; /* this work-item's key lanes */
+
+    /* K_j^T is staged once when d <= CC_TROWS, else CC_TROWS columns at a time for every query block;
+       V_j^T once, after K_j^T in Kt when 2 d <= CC_TROWS, else in Vc when d <= DT, otherwise DT
+       columns at a time. */
+    const int kstep = min(d, CC_TROWS), step = 2 * d <= CC_TROWS || d <= DT ? d : DT;
+    __local float *Vt = 2 * d <= CC_TROWS ? Kt + d * BLK : Vc;
+    if (kstep == d)
+        cc_load_t(Kt, pk, sk.z, 0, krows, 0, d);
+    if (step == d)
+        cc_load_t(Vt, pv, sv.z, 0, krows, 0, d);
+    cc_vec accK[CC_UPW], accV[CC_UPW];
+    for (int u = 0; u < CC_UPW; ++u)
+        accK[u] = accV[u] = 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int qb = kb; qb < N; ++qb) {
+        const int q0 = qb * BLK, qrows = min(BLK, L - q0);
+        if (lid < BLK) {
+            const int t = q0 + lid;
+            sDel[lid] = lid < qrows ? cc_row_dot(pdo + (ulong)t * sdo.z, po + (ulong)t * so.z, d) : 0.0f;
+            sLse[lid] = lid < qrows ? lse[tensor_offset(slse, b, h, t)] : 0.0f;
+        }
+        cc_vec s_[CC_RPW], g_[CC_RPW];
+        for (int m = 0; m < CC_RPW; ++m)
+            s_[m] = g_[m] = 0.0f;
+        for (int c0 = 0; c0 < d; c0 += kstep) {
+            const int nc = min(kstep, d - c0);
+            if (kstep < d) {
+                if (c0 > 0)
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                cc_load_t(Kt, pk, sk.z, 0, krows, c0, nc);
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+            for (int m = 0; m < CC_RPW; ++m) {
+                const int row = rg + m * CC_RG;
+                if (row < qrows)
+                    s_[m] += cc_dot_t(pq + (ulong)(q0 + row) * sq.z + c0, Kt + vg * CC_VK, nc);
+            }
+        }
+        for (int c0 = 0; c0 < d; c0 += step) {
+            const int nc = min(step, d - c0);
+            if (step < d) {
+                if (c0 > 0)
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                cc_load_t(Vt, pv, sv.z, 0, krows, c0, nc);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE); /* also publishes sDel, sLse */
+            for (int m = 0; m < CC_RPW; ++m) {
+                const int row = rg + m * CC_RG;
+                if (row >= qrows)
+                    continue;
+                g_[m] += cc_dot_t(pdo + (ulong)(q0 + row) * sdo.z + c0, Vt + vg * CC_VK, nc);
+            }
+        }
+        for (int m = 0; m < CC_RPW; ++m) {
+            const int row = rg + m * CC_RG;
+            cc_vec p = 0.0f, ds = 0.0f;
+            if (row < qrows) {
+                p = select(exp(s_[m] * sc - sLse[row]), (cc_vec)0.0f, key > (cc_ivec)(q0 + row));
+                ds = p * (g_[m] - sDel[row]);
+            }
+            CC_STORE(p, sP + row * BLK + vg * CC_VK);
+            CC_STORE(ds, sD + row * BLK + vg * CC_VK);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int u = 0; u < CC_UPW; ++u) {
+            const int unit = lid + u * CC_NT, kr = unit % BLK, c0 = unit / BLK * CC_VK;
+            if (c0 >= d || kr >= krows)
+                continue;
+            accV[u] = cc_axpy_rows(accV[u], sP + kr, pdo + (ulong)q0 * sdo.z + c0, sdo.z, qrows, d - c0);
+            accK[u] = cc_axpy_rows(accK[u], sD + kr, pq + (ulong)q0 * sq.z + c0, sq.z, qrows, d - c0);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int u = 0; u < CC_UPW; ++u) {
+        const int unit = lid + u * CC_NT, kr = unit % BLK, c0 = unit / BLK * CC_VK;
+        if (c0 < d && kr < krows) {
+            cc_vstore_part(accK[u] * sc, dk + tensor_offset(sdk, b, h, s0 + kr) + c0, d - c0);
+            cc_vstore_part(accV[u], dv + tensor_offset(sdv, b, h, s0 + kr) + c0, d - c0);
+        }
+    }
+}
+
+/* Backward, query side: work-group (g, bh) owns query block i = N-1-g (the longest first) and loops
+ * over the key blocks j <= i:  dQ_i += sc dS K_j  with dS as in castle_causal_backward_kv (computed
+ * transposed: key rows x query vectors). */
+__kernel __attribute__((reqd_work_group_size(CC_NT, 1, 1)))
+void castle_causal_backward_q(const int L, const int d, const int H, const float sc,
+                              __global const float *q, const ulong4 sq,
+                              __global const float *k, const ulong4 sk,
+                              __global const float *v, const ulong4 sv,
+                              __global const float *o, const ulong4 so,
+                              __global const float *lse, const ulong4 slse,
+                              __global const float *dO, const ulong4 sdo,
+                              __global float *dq, const ulong4 sdq)
+{
+    __local float Qt[CC_TROWS * BLK]; /* Q_i^T, CC_TROWS columns at a time: Qt[c * BLK + row] */
+    __local float dOc[DT * BLK];  /* dO_i^T, DT columns at a time when it does not fit beside Q_i^T */
+    __local float sD[BLK * BLK];  /* dS^T[key * BLK + row] */
+    __local float sLse[BLK], sDel[BLK];
+    const int lid = get_local_id(0);
+    const int N = (L + BLK - 1) / BLK, qb = N - 1 - (int)get_group_id(0), bh = get_group_id(1);
+    const uint b = bh / H, h = bh % H;
+    const int q0 = qb * BLK, qrows = min(BLK, L - q0);
+    __global const float *pq = q + tensor_offset(sq, b, h, q0);
+    __global const float *pk = k + tensor_offset(sk, b, h, 0);
+    __global const float *pv = v + tensor_offset(sv, b, h, 0);
+    __global const float *pdo = dO + tensor_offset(sdo, b, h, q0);
+    const int vg = lid % CC_QG, rg = lid / CC_QG;
+    const cc_ivec pos = (cc_ivec)(q0 + vg * CC_VK) + CC_IOTA; /* this work-item's query lanes */
+
+    /* Q_i^T and dO_i^T staged as K_j^T and V_j^T in castle_causal_backward_kv. */
+    const int qstep = min(d, CC_TROWS), step = 2 * d <= CC_TROWS || d <= DT ? d : DT;
+    __local float *dOt = 2 * d <= CC_TROWS ? Qt + d * BLK : dOc;
+    if (qstep == d)
+        cc_load_t(Qt, pq, sq.z, 0, qrows, 0, d);
+    if (step == d)
+        cc_load_t(dOt, pdo, sdo.z, 0, qrows, 0, d);
+    if (lid < BLK) { /* rows past L: lse = +inf makes their P 0 */
+        const int t = q0 + lid;
+        sDel[lid] = lid < qrows ? cc_row_dot(pdo + (ulong)lid * sdo.z, o + tensor_offset(so, b, h, t), d) : 0.0f;
+        sLse[lid] = lid < qrows ? lse[tensor_offset(slse, b, h, t)] : INFINITY;
+    }
+    cc_vec acc[CC_UPW];
+    for (int u = 0; u < CC_UPW; ++u)
+        acc[u] = 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const cc_vec lsev = CC_LOAD(sLse + vg * CC_VK), delv = CC_LOAD(sDel + vg * CC_VK);
+
+    for (int kb = 0; kb <= qb; ++kb) {
+        const int s0 = kb * BLK, krows = min(BLK, L - s0);
+        cc_vec s_[CC_RPW], g_[CC_RPW];
+        for (int m = 0; m < CC_RPW; ++m)
+            s_[m] = g_[m] = 0.0f;
+        for (int c0 = 0; c0 < d; c0 += qstep) {
+            const int nc = min(qstep, d - c0);
+            if (qstep < d) {
+                if (c0 > 0)
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                cc_load_t(Qt, pq, sq.z, 0, qrows, c0, nc);
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+            for (int m = 0; m < CC_RPW; ++m) {
+                const int kr = rg + m * CC_RG;
+                if (kr < krows)
+                    s_[m] += cc_dot_t(pk + (ulong)(s0 + kr) * sk.z + c0, Qt + vg * CC_VK, nc);
+            }
+        }
+        for (int c0 = 0; c0 < d; c0 += step) {
+            const int nc = min(step, d - c0);
+            if (step < d) {
+                if (c0 > 0)
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                cc_load_t(dOt, pdo, sdo.z, 0, qrows, c0, nc);
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+            for (int m = 0; m < CC_RPW; ++m) {
+                const int kr = rg + m * CC_RG;
+                if (kr >= krows)
+                    continue;
+                g_[m] += cc_dot_t(pv + (ulong)(s0 + kr) * sv.z + c0, dOt + vg * CC_VK, nc);
+            }
+        }
+        for (int m = 0; m < CC_RPW; ++m) {
+            const int kr = rg + m * CC_RG;
+            cc_vec ds = 0.0f;
+            if (kr < krows) {
+                const cc_vec p = select(exp(s_[m] * sc - lsev), (cc_vec)0.0f, (cc_ivec)(s0 + kr) > pos);
+                ds = p * (g_[m] - delv);
+            }
+            CC_STORE(ds, sD + kr * BLK + vg * CC_VK);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int u = 0; u < CC_UPW; ++u) {
+            const int unit = lid + u * CC_NT, row = unit % BLK, c0 = unit / BLK * CC_VK;
+            if (c0 >= d || row >= qrows)
+                continue;
+            acc[u] = cc_axpy_rows(acc[u], sD + row, pk + (ulong)s0 * sk.z + c0, sk.z, krows, d - c0);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int u = 0; u < CC_UPW; ++u) {
+        const int unit = lid + u * CC_NT, row = unit % BLK, c0 = unit / BLK * CC_VK;
+        if (c0 < d && row < qrows)
+            cc_vstore_part(acc[u] * sc, dq + tensor_offset(sdq, b, h, q0 + row) + c0, d - c0);
+    }
+}

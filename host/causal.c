@@ -1,0 +1,363 @@
+/* Standard causal attention, the baseline (cl/causal.cl): launches of the forward and backward
+ * passes, and the KV cache with its prefill and decode.
+ *
+ * forward   one launch: work-group (query block, batch x head).
+ * backward  two launches, no atomics: dK, dV per key block, then dQ per query block.
+ * decode    the new rows' K, V are appended to the cache, then the forward kernel runs on the new
+ *           query rows with the cache as K and V.  A call of at most one block of tokens whose
+ *           heads alone would leave the device idle splits each head's key range among several
+ *           work-groups (about four per compute unit in all) and merges their partials in a third
+ *           launch.
+ * Launches are ordered by the queue when it is in order, by events between them otherwise. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Decode calls of at most DECODE_ROWS new tokens use castle_causal_decode, whose work-items each
+   stream a range of keys (at least MIN_KEYS of them once the range is split among work-groups);
+   longer calls use the block kernel.  The scratch of partials is sized by both (castle__kv_cache_alloc). */
+#define DECODE_ROWS 4
+#define MIN_KEYS 32
+
+/* ---- launch sequence ---------------------------------------------------------------------------- */
+
+typedef struct launches {
+    cl_command_queue queue;
+    bool in_order;
+    cl_uint nwait;
+    const cl_event *wait;
+    cl_event prev;  /* out-of-order queue: the previous launch */
+    cl_event *user; /* the caller's output event */
+} launches;
+
+static castle_status launches_init(launches *ls, cl_command_queue queue, cl_uint nwait, const cl_event *wait,
+                                   cl_event *event)
+{
+    memset(ls, 0, sizeof *ls);
+    cl_command_queue_properties props = 0;
+    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+    if (err != CL_SUCCESS)
+        return castle__cl_fail(err, "clGetCommandQueueInfo(CL_QUEUE_PROPERTIES)");
+    ls->queue = queue;
+    ls->in_order = !(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+    ls->nwait = nwait;
+    ls->wait = nwait ? wait : NULL;
+    ls->user = event;
+    return CASTLE_SUCCESS;
+}
+
+/* The work-group size kernel was compiled for (cl/causal.cl CC_NT). */
+static castle_status group_size(castle_context *ctx, cl_kernel kernel, size_t *wg)
+{
+    size_t s[3] = {0, 0, 0};
+    cl_int err = clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof s, s, NULL);
+    if (err != CL_SUCCESS || s[0] == 0)
+        return castle__cl_fail(err != CL_SUCCESS ? err : CL_INVALID_KERNEL, "clGetKernelWorkGroupInfo");
+    *wg = s[0];
+    return CASTLE_SUCCESS;
+}
+
+/* Enqueues kernel over g0 x g1 work-groups of the size it was compiled for (cl/causal.cl CC_NT);
+   the first launch waits for the caller's list, each later one for the one before; the last hands
+   its event to the caller. */
+static castle_status launch(launches *ls, castle_context *ctx, cl_kernel kernel, size_t g0, size_t g1, bool last)
+{
+    size_t wg = 0;
+    castle_status st = group_size(ctx, kernel, &wg);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    const size_t local[2] = {wg, 1}, global[2] = {g0 * wg, g1};
+    const bool want = (last && ls->user) || (!last && !ls->in_order);
+    cl_event ev = NULL;
+    cl_int err = clEnqueueNDRangeKernel(ls->queue, kernel, 2, NULL, global, local, ls->nwait, ls->wait,
+                                        want ? &ev : NULL);
+    if (ls->prev)
+        clReleaseEvent(ls->prev);
+    ls->prev = NULL;
+    if (err != CL_SUCCESS)
+        return castle__cl_fail(err, "clEnqueueNDRangeKernel");
+    if (last && ls->user) {
+        *ls->user = ev;
+    } else if (ev) {
+        ls->prev = ev;
+    }
+    ls->nwait = ls->prev ? 1 : 0;
+    ls->wait = ls->prev ? &ls->prev : NULL;
+    return CASTLE_SUCCESS;
+}
+
+static void launches_end(launches *ls)
+{
+    if (ls->prev)
+        clReleaseEvent(ls->prev);
+    ls->prev = NULL;
+}
+
+/* ---- kernel arguments --------------------------------------------------------------------------- */
+
+typedef struct args {
+    cl_kernel kernel;
+    cl_uint next;
+    cl_int err;
+} args;
+
+static void arg(args *a, size_t size, const void *value)
+{
+    if (a->err == CL_SUCCESS)
+        a->err = clSetKernelArg(a->kernel, a->next, size, value);
+    a->next++;
+}
+#define ARG(a, v) arg(a, sizeof(v), &(v))
+
+/* A tensor's buffer and strides, or a buffer with packed (B, H, rows, d) strides. */
+static void arg_tensor(args *a, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT], castle_tensor t)
+{
+    ARG(a, bufs[t]);
+    ARG(a, p->strides[t]);
+}
+
+static castle_status args_done(const args *a, const char *kernel)
+{
+    return a->err == CL_SUCCESS ? CASTLE_SUCCESS
+                                : castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for %s (OpenCL %d)",
+                                               kernel, (int)a->err);
+}
+
+/* castle_causal_forward over query rows 0..n-1 at positions t0.. against keys k, v (kstride). */
+static castle_status forward_args(castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
+                                  cl_int t0, cl_mem k, cl_mem v, cl_ulong4 kstride, cl_ulong4 vstride, cl_int nsplit,
+                                  cl_mem part, cl_kernel *kernel)
+{
+    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_forward", kernel);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    const cl_int n = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H;
+    const cl_int want_lse = bufs[CASTLE_TENSOR_LSE] != NULL;
+    const cl_mem o = bufs[CASTLE_TENSOR_O], lse = want_lse ? bufs[CASTLE_TENSOR_LSE] : o; /* lse: unused then */
+    const cl_mem part_arg = part ? part : o;                                                 /* unused when nsplit = 1 */
+    args a = {*kernel, 0, CL_SUCCESS};
+    ARG(&a, n);
+    ARG(&a, t0);
+    ARG(&a, d);
+    ARG(&a, H);
+    ARG(&a, p->scale);
+    arg_tensor(&a, p, bufs, CASTLE_TENSOR_QC);
+    ARG(&a, k);
+    ARG(&a, kstride);
+    ARG(&a, v);
+    ARG(&a, vstride);
+    arg_tensor(&a, p, bufs, CASTLE_TENSOR_O);
+    ARG(&a, lse);
+    ARG(&a, p->strides[CASTLE_TENSOR_LSE]);
+    ARG(&a, want_lse);
+    ARG(&a, nsplit);
+    ARG(&a, part_arg);
+    return args_done(&a, "castle_causal_forward");
+}
+
+/* ---- forward and backward ----------------------------------------------------------------------- */
+
+castle_status castle__causal_forward(castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
+                                     cl_command_queue queue, cl_uint nwait, const cl_event *wait, cl_event *event)
+{
+    cl_kernel kernel;
+    castle_status st = forward_args(ctx, p, bufs, 0, bufs[CASTLE_TENSOR_KC], bufs[CASTLE_TENSOR_VC],
+                                    p->strides[CASTLE_TENSOR_KC], p->strides[CASTLE_TENSOR_VC], 1, NULL, &kernel);
+    launches ls;
+    if (st || (st = launches_init(&ls, queue, nwait, wait, event)))
+        return st;
+    st = launch(&ls, ctx, kernel, p->N, p->B * p->H, true);
+    launches_end(&ls);
+    return st;
+}
+
+castle_status castle__causal_backward(castle_context *ctx, const castle_problem *p,
+                                      const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
+                                      const cl_event *wait, cl_event *event)
+{
+    static const castle_tensor inputs[] = {CASTLE_TENSOR_QC, CASTLE_TENSOR_KC, CASTLE_TENSOR_VC,
+                                           CASTLE_TENSOR_O,  CASTLE_TENSOR_LSE, CASTLE_TENSOR_DO};
+    static const char *const names[2] = {"castle_causal_backward_kv", "castle_causal_backward_q"};
+    const cl_int L = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H;
+    cl_kernel kernels[2];
+    castle_status st = CASTLE_SUCCESS;
+    for (int i = 0; i < 2 && st == CASTLE_SUCCESS; ++i) {
+        if ((st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, names[i], &kernels[i])))
+            break;
+        args a = {kernels[i], 0, CL_SUCCESS};
+        ARG(&a, L);
+        ARG(&a, d);
+        ARG(&a, H);
+        ARG(&a, p->scale);
+        for (size_t t = 0; t < sizeof inputs / sizeof inputs[0]; ++t)
+            arg_tensor(&a, p, bufs, inputs[t]);
+        if (i == 0) {
+            arg_tensor(&a, p, bufs, CASTLE_TENSOR_DKC);
+            arg_tensor(&a, p, bufs, CASTLE_TENSOR_DVC);
+        } else {
+            arg_tensor(&a, p, bufs, CASTLE_TENSOR_DQC);
+        }
+        st = args_done(&a, names[i]);
+    }
+    launches ls;
+    if (st || (st = launches_init(&ls, queue, nwait, wait, event)))
+        return st;
+    if (!(st = launch(&ls, ctx, kernels[0], p->N, p->B * p->H, false)))
+        st = launch(&ls, ctx, kernels[1], p->N, p->B * p->H, true);
+    launches_end(&ls);
+    return st;
+}
+
+/* ---- KV cache ----------------------------------------------------------------------------------- */
+
+/* Packed (B, H, cap, d) strides of the cache's K and V. */
+static cl_ulong4 cache_strides(const castle_kv_cache *c)
+{
+    cl_ulong4 s;
+    memset(&s, 0, sizeof s);
+    s.s[2] = c->d;
+    s.s[1] = c->cap * c->d;
+    s.s[0] = c->H * c->cap * c->d;
+    return s;
+}
+
+void castle__kv_cache_free(castle_kv_cache *c)
+{
+    if (!c)
+        return;
+    if (c->k)
+        clReleaseMemObject(c->k);
+    if (c->v)
+        clReleaseMemObject(c->v);
+    if (c->part)
+        clReleaseMemObject(c->part);
+    free(c);
+}
+
+castle_status castle__kv_cache_alloc(castle_context *ctx, const castle_problem *p, castle_kv_cache **out)
+{
+    castle_kv_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a KV cache");
+    c->ctx = ctx;
+    c->B = p->B;
+    c->H = p->H;
+    c->d = p->d;
+    c->cap = p->L;
+    /* castle__check_desc bounded B H cap d (each tensor's extent fits in bytes), so these fit. */
+    const size_t kv_bytes = p->B * p->H * p->L * p->d * sizeof(float);
+    /* Partials per new row: a work-group's worth, or one per MIN_KEYS cached keys when split. */
+    const size_t per_row = ctx->tuning.threads > p->L / MIN_KEYS ? ctx->tuning.threads : p->L / MIN_KEYS;
+    c->part_floats = p->B * p->H * DECODE_ROWS * per_row * (p->d + 2);
+    cl_int err = CL_SUCCESS;
+    c->k = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, kv_bytes, NULL, &err);
+    if (err == CL_SUCCESS)
+        c->v = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, kv_bytes, NULL, &err);
+    if (err == CL_SUCCESS)
+        c->part = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, c->part_floats * sizeof(float), NULL, &err);
+    if (err != CL_SUCCESS) {
+        castle__kv_cache_free(c);
+        return castle__fail((castle_status)err, "clCreateBuffer failed allocating a KV cache of %zu tokens x %zu heads x %zu batch",
+                            p->L, p->H, p->B);
+    }
+    c->bytes = 2 * kv_bytes + c->part_floats * sizeof(float);
+    *out = c;
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, const castle_problem *p,
+                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
+                                    const cl_event *wait, cl_event *event)
+{
+    const size_t bh = p->B * p->H, n = p->L, keys = c->len + p->L;
+    const size_t fit = c->part_floats / (bh * (p->d + 2)) / n; /* partials per new row the scratch holds */
+    const size_t target = 4 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
+    const size_t per_head = (target + bh - 1) / bh; /* work-groups per head for ~4 per compute unit */
+    const cl_int t0 = (cl_int)c->len, d = (cl_int)p->d, H = (cl_int)p->H;
+    const cl_ulong4 cs = cache_strides(c);
+    cl_kernel kapp, katt = NULL, kcomb = NULL;
+    size_t groups = p->N, partials = 1; /* attention work-groups along dim 0, partials per row */
+    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_append", &kapp);
+    if (st == CASTLE_SUCCESS && n <= DECODE_ROWS) {
+        /* The decode kernel: one partial per work-item, each over >= MIN_KEYS keys once split. */
+        size_t wg = 0;
+        if (!(st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_decode", &katt)) &&
+            !(st = group_size(ctx, katt, &wg)) && wg <= fit) {
+            size_t split = keys / (MIN_KEYS * wg);
+            split = split < per_head ? split : per_head;
+            split = split < fit / wg ? split : fit / wg;
+            split = split > 0 ? split : 1;
+            groups = split;
+            partials = split * wg;
+            const cl_int nn = (cl_int)n, P = (cl_int)split;
+            args a = {katt, 0, CL_SUCCESS};
+            ARG(&a, nn);
+            ARG(&a, t0);
+            ARG(&a, d);
+            ARG(&a, H);
+            ARG(&a, p->scale);
+            arg_tensor(&a, p, bufs, CASTLE_TENSOR_QC);
+            ARG(&a, c->k);
+            ARG(&a, c->v);
+            ARG(&a, cs);
+            ARG(&a, P);
+            ARG(&a, c->part);
+            st = args_done(&a, "castle_causal_decode");
+        } else if (st == CASTLE_SUCCESS) {
+            katt = NULL; /* the scratch is too small for this tuning: the block kernel below */
+        }
+    }
+    if (st == CASTLE_SUCCESS && !katt) {
+        /* The block kernel; one block of new rows splits its keys when the heads alone are few. */
+        size_t split = 1;
+        if (p->N == 1) {
+            const size_t blk = ctx->tuning.block, key_blocks = (keys + blk - 1) / blk;
+            split = per_head < key_blocks ? per_head : key_blocks;
+            split = split < fit ? split : fit > 0 ? fit : 1;
+        }
+        groups = p->N * split;
+        partials = split;
+        st = forward_args(ctx, p, bufs, t0, c->k, c->v, cs, cs, (cl_int)split, split > 1 ? c->part : NULL, &katt);
+    }
+    if (st == CASTLE_SUCCESS && partials > 1 &&
+        !(st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_combine", &kcomb))) {
+        const cl_int want_lse = bufs[CASTLE_TENSOR_LSE] != NULL, nn = (cl_int)n, P = (cl_int)partials;
+        const cl_mem o = bufs[CASTLE_TENSOR_O], lse = want_lse ? bufs[CASTLE_TENSOR_LSE] : o;
+        args a = {kcomb, 0, CL_SUCCESS};
+        ARG(&a, nn);
+        ARG(&a, d);
+        ARG(&a, H);
+        ARG(&a, P);
+        ARG(&a, c->part);
+        arg_tensor(&a, p, bufs, CASTLE_TENSOR_O);
+        ARG(&a, lse);
+        ARG(&a, p->strides[CASTLE_TENSOR_LSE]);
+        ARG(&a, want_lse);
+        st = args_done(&a, "castle_causal_combine");
+    }
+    if (st == CASTLE_SUCCESS) {
+        const cl_int nn = (cl_int)n;
+        args a = {kapp, 0, CL_SUCCESS};
+        ARG(&a, nn);
+        ARG(&a, t0);
+        ARG(&a, d);
+        ARG(&a, H);
+        arg_tensor(&a, p, bufs, CASTLE_TENSOR_KC);
+        arg_tensor(&a, p, bufs, CASTLE_TENSOR_VC);
+        ARG(&a, c->k);
+        ARG(&a, c->v);
+        ARG(&a, cs);
+        st = args_done(&a, "castle_causal_append");
+    }
+    launches ls;
+    if (st || (st = launches_init(&ls, queue, nwait, wait, event)))
+        return st;
+    /* Append (one group per block of new rows), attention, and the merge of the partials. */
+    if (!(st = launch(&ls, ctx, kapp, p->N, bh, false)) && !(st = launch(&ls, ctx, katt, groups, bh, !kcomb)) && kcomb)
+        st = launch(&ls, ctx, kcomb, p->N, bh, true);
+    launches_end(&ls);
+    if (st == CASTLE_SUCCESS)
+        c->len += p->L;
+    return st;
+}

@@ -1,0 +1,148 @@
+/* The public API of the standard causal attention baseline: argument checks (lib/validate.c), the
+ * KV cache's state checks (emptiness, capacity), then dispatch to host/causal.c. */
+#include "internal.h"
+
+#define BIT(t) (1u << (t))
+#define FORWARD_TENSORS (BIT(CASTLE_TENSOR_QC) | BIT(CASTLE_TENSOR_KC) | BIT(CASTLE_TENSOR_VC) | BIT(CASTLE_TENSOR_O))
+#define BACKWARD_TENSORS                                                                                    \
+    (FORWARD_TENSORS | BIT(CASTLE_TENSOR_LSE) | BIT(CASTLE_TENSOR_DO) | BIT(CASTLE_TENSOR_DQC) |             \
+     BIT(CASTLE_TENSOR_DKC) | BIT(CASTLE_TENSOR_DVC))
+
+castle_status castle_causal_forward(castle_context *ctx, const castle_attention_desc *desc, cl_mem q, cl_mem k,
+                                    cl_mem v, cl_mem o, cl_mem lse, cl_command_queue queue, cl_uint num_wait_events,
+                                    const cl_event *wait_events, cl_event *event)
+{
+    castle__clear_error();
+    castle_problem p;
+    castle_status st = castle__check_desc(ctx, desc, &p);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    const cl_mem bufs[CASTLE_TENSOR_COUNT] = {[CASTLE_TENSOR_QC] = q, [CASTLE_TENSOR_KC] = k, [CASTLE_TENSOR_VC] = v,
+                                              [CASTLE_TENSOR_O] = o, [CASTLE_TENSOR_LSE] = lse};
+    if ((st = castle__check_tensors(ctx, &p, bufs, FORWARD_TENSORS | BIT(CASTLE_TENSOR_LSE))) ||
+        (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
+        return st;
+    return castle__causal_forward(ctx, &p, bufs, queue, num_wait_events, wait_events, event);
+}
+
+castle_status castle_causal_backward(castle_context *ctx, const castle_attention_desc *desc, cl_mem q, cl_mem k,
+                                     cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o, cl_mem dq, cl_mem dk, cl_mem dv,
+                                     cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_events,
+                                     cl_event *event)
+{
+    castle__clear_error();
+    castle_problem p;
+    castle_status st = castle__check_desc(ctx, desc, &p);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    const cl_mem bufs[CASTLE_TENSOR_COUNT] = {[CASTLE_TENSOR_QC] = q,   [CASTLE_TENSOR_KC] = k,
+                                              [CASTLE_TENSOR_VC] = v,   [CASTLE_TENSOR_O] = o,
+                                              [CASTLE_TENSOR_LSE] = lse, [CASTLE_TENSOR_DO] = d_o,
+                                              [CASTLE_TENSOR_DQC] = dq, [CASTLE_TENSOR_DKC] = dk,
+                                              [CASTLE_TENSOR_DVC] = dv};
+    if ((st = castle__check_tensors(ctx, &p, bufs, BACKWARD_TENSORS)) ||
+        (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
+        return st;
+    return castle__causal_backward(ctx, &p, bufs, queue, num_wait_events, wait_events, event);
+}
+
+/* ---- KV cache ---- */
+
+castle_status castle_kv_cache_create(castle_context *ctx, const castle_attention_desc *desc, castle_kv_cache **out)
+{
+    castle__clear_error();
+    castle_problem p;
+    castle_status st = castle__check_desc(ctx, desc, &p);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    if (!out)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_kv_cache_create: out is NULL");
+    *out = NULL;
+    return castle__kv_cache_alloc(ctx, &p, out);
+}
+
+void castle_kv_cache_destroy(castle_kv_cache *cache) { castle__kv_cache_free(cache); }
+
+castle_status castle_kv_cache_reset(castle_kv_cache *cache)
+{
+    castle__clear_error();
+    if (!cache)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_kv_cache_reset: cache is NULL");
+    cache->len = 0;
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle_kv_cache_bytes(const castle_kv_cache *cache, size_t *bytes)
+{
+    castle__clear_error();
+    if (!cache || !bytes)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_kv_cache_bytes: %s is NULL", cache ? "bytes" : "cache");
+    *bytes = cache->bytes;
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle_kv_cache_length(const castle_kv_cache *cache, size_t *length)
+{
+    castle__clear_error();
+    if (!cache || !length)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_kv_cache_length: %s is NULL", cache ? "length" : "cache");
+    *length = cache->len;
+    return CASTLE_SUCCESS;
+}
+
+/* Checks of a prefill (the cache must be empty) or decode, then the capacity; fills p (lse optional). */
+static castle_status check_append(castle_context *ctx, const castle_kv_cache *cache, const castle_attention_desc *desc,
+                                  castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue,
+                                  cl_uint nwait, const cl_event *wait, bool prefill, const char *fn)
+{
+    castle_status st = castle__check_desc(ctx, desc, p);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    if (!cache)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
+    if (cache->ctx != ctx)
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s: the cache belongs to another castle_context", fn);
+    const unsigned used = FORWARD_TENSORS | (bufs[CASTLE_TENSOR_LSE] ? BIT(CASTLE_TENSOR_LSE) : 0u);
+    if ((st = castle__check_kv_cache_desc(cache, p)) || (st = castle__check_tensors(ctx, p, bufs, used)) ||
+        (st = castle__check_queue(ctx, queue, nwait, wait)))
+        return st;
+    if (prefill && cache->len > 0)
+        return castle__fail(CASTLE_ERR_CACHE_NOT_EMPTY,
+                            "%s: the KV cache already holds %zu tokens; castle_kv_cache_reset it first (or append "
+                            "with castle_causal_decode)",
+                            fn, cache->len);
+    if (p->L > cache->cap - cache->len) /* nothing enqueued, the cache stays as it is */
+        return castle__fail(CASTLE_ERR_CACHE_FULL, "%s: appending %zu tokens to %zu exceeds the KV cache capacity %zu",
+                            fn, p->L, cache->len, cache->cap);
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle_causal_prefill(castle_context *ctx, castle_kv_cache *cache, const castle_attention_desc *desc,
+                                    cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_command_queue queue,
+                                    cl_uint num_wait_events, const cl_event *wait_events, cl_event *event)
+{
+    castle__clear_error();
+    castle_problem p;
+    const cl_mem bufs[CASTLE_TENSOR_COUNT] = {[CASTLE_TENSOR_QC] = q, [CASTLE_TENSOR_KC] = k, [CASTLE_TENSOR_VC] = v,
+                                              [CASTLE_TENSOR_O] = o, [CASTLE_TENSOR_LSE] = lse};
+    castle_status st =
+        check_append(ctx, cache, desc, &p, bufs, queue, num_wait_events, wait_events, true, "castle_causal_prefill");
+    if (st != CASTLE_SUCCESS)
+        return st;
+    return castle__causal_decode(ctx, cache, &p, bufs, queue, num_wait_events, wait_events, event);
+}
+
+castle_status castle_causal_decode(castle_context *ctx, castle_kv_cache *cache, const castle_attention_desc *desc,
+                                   cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_command_queue queue,
+                                   cl_uint num_wait_events, const cl_event *wait_events, cl_event *event)
+{
+    castle__clear_error();
+    castle_problem p;
+    const cl_mem bufs[CASTLE_TENSOR_COUNT] = {[CASTLE_TENSOR_QC] = q, [CASTLE_TENSOR_KC] = k, [CASTLE_TENSOR_VC] = v,
+                                              [CASTLE_TENSOR_O] = o, [CASTLE_TENSOR_LSE] = lse};
+    castle_status st =
+        check_append(ctx, cache, desc, &p, bufs, queue, num_wait_events, wait_events, false, "castle_causal_decode");
+    if (st != CASTLE_SUCCESS)
+        return st;
+    return castle__causal_decode(ctx, cache, &p, bufs, queue, num_wait_events, wait_events, event);
+}

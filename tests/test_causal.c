@@ -1,0 +1,778 @@
+/* Standard causal attention, the baseline (castle_causal_*), on the OpenCL device (CASTLE_DEVICE)
+ * against the fp64 reference tests/ref_causal.c:
+ *   reference  ref_causal_forward by hand (zero queries: running means), ref_causal_backward against
+ *              central finite differences of the loss sum dout * o.
+ *   forward    a table of shapes: L 1, 7, 63, 64, 65, 257, 1000 with d 1, 16, 33, 64, 128, 256,
+ *              B, H > 1, (B, H, L, d), (B, L, H, d) and padded layouts, an explicit scale; guard regions
+ *              around every buffer and inputs unchanged; large-magnitude inputs; the window ignored.
+ *   backward   a similar table against the analytic gradients; bitwise reproducible.
+ *   decode     prefill P tokens, then the rest one token per call or in chunks: every output equals the
+ *              forward pass over the whole sequence (on the device, and the reference); without lse;
+ *              from an empty cache; a long cache whose keys are split among work-groups.
+ *   queue      an out-of-order queue with events between the calls gives the same bits.
+ *   api        the KV cache's capacity (CASTLE_ERR_CACHE_FULL, nothing changed), CACHE_NOT_EMPTY,
+ *              SHAPE_MISMATCH, reset, bytes, length, destroy(NULL); argument errors. */
+#include "harness.h"
+#include "ref_causal.h"
+#include "tolerance.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BIT(t) (1u << (t))
+#define FWD_SET (BIT(CASTLE_TENSOR_QC) | BIT(CASTLE_TENSOR_KC) | BIT(CASTLE_TENSOR_VC) | BIT(CASTLE_TENSOR_O) | BIT(CASTLE_TENSOR_LSE))
+#define BWD_SET (FWD_SET | BIT(CASTLE_TENSOR_DO) | BIT(CASTLE_TENSOR_DQC) | BIT(CASTLE_TENSOR_DKC) | BIT(CASTLE_TENSOR_DVC))
+#define INPUTS (BIT(CASTLE_TENSOR_QC) | BIT(CASTLE_TENSOR_KC) | BIT(CASTLE_TENSOR_VC) | BIT(CASTLE_TENSOR_DO))
+
+typedef struct cz_case {
+    size_t B, H, L, d;
+    h_layout layout;
+    double mag;  /* inputs uniform in [-mag, mag) */
+    float scale; /* 0: 1/sqrt(d) */
+    uint64_t seed;
+} cz_case;
+
+static double scale_of(const cz_case *c) { return c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->d); }
+
+/* Input tensor t (QC, KC, VC or DO) at token `row` of sequence (b, h): the same for every call. */
+static float val(const cz_case *c, int t, size_t b, size_t h, size_t row, size_t col)
+{
+    return (float)(c->mag * h_value(c->seed, (unsigned)t, b, h, row, col));
+}
+
+static castle_context *ctx(void)
+{
+    castle_context *x = h_context();
+    ck_assert_msg(x, "no device: %s", castle_last_error());
+    return x;
+}
+
+/* ---- device buffers of one call ---------------------------------------------------------------- */
+
+/* The tensors in `set`, laid out by desc for `rows` tokens; inputs hold tokens row0..row0+rows-1,
+   outputs start as the harness's sentinel; every buffer sits inside guard margins. */
+typedef struct io {
+    castle_attention_desc desc;
+    size_t rows;
+    unsigned set;
+    h_guarded g[CASTLE_TENSOR_COUNT];
+    float *host[CASTLE_TENSOR_COUNT];
+    bool *used[CASTLE_TENSOR_COUNT];
+    size_t span[CASTLE_TENSOR_COUNT];
+} io;
+
+static size_t width_of(int t, const cz_case *c) { return t == CASTLE_TENSOR_LSE ? 1 : c->d; }
+
+static void io_make(io *x, const cz_case *c, size_t row0, size_t rows, unsigned set)
+{
+    memset(x, 0, sizeof *x);
+    castle_attention_desc_init(&x->desc, c->B, c->H, rows, c->d);
+    x->desc.scale = c->scale;
+    h_apply_layout(&x->desc, c->layout);
+    x->rows = rows;
+    x->set = set;
+    cl_command_queue q = h_queue();
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t) {
+        if (!(set & BIT(t)))
+            continue;
+        const size_t w = width_of(t, c), span = h_layout_span(&x->desc.layout[t], w, c->B, c->H, rows);
+        x->span[t] = span;
+        x->host[t] = malloc(span * sizeof(float));
+        x->used[t] = calloc(span, sizeof(bool));
+        ck_assert(x->host[t] && x->used[t]);
+        ck_assert(h_guarded_create(castle_context_cl_context(ctx()), castle_context_device(ctx()), &x->g[t], span));
+        ck_assert(h_guarded_write(q, &x->g[t], NULL));           /* all sentinel */
+        ck_assert(h_guarded_read(q, &x->g[t], x->host[t], NULL)); /* the sentinel, for the gaps */
+        for (size_t b = 0; b < c->B; ++b)
+            for (size_t h = 0; h < c->H; ++h)
+                for (size_t r = 0; r < rows; ++r) {
+                    const size_t off = h_layout_offset(&x->desc.layout[t], w, c->H, rows, b, h, r);
+                    for (size_t e = 0; e < w; ++e) {
+                        x->used[t][off + e] = true;
+                        if (INPUTS & BIT(t))
+                            x->host[t][off + e] = val(c, t, b, h, row0 + r, e);
+                    }
+                }
+        if (INPUTS & BIT(t))
+            ck_assert(h_guarded_write(q, &x->g[t], x->host[t]));
+    }
+}
+
+static cl_mem buf(const io *x, int t) { return x->set & BIT(t) ? x->g[t].view : NULL; }
+
+/* Output t as a logical (B, H, rows, width) array (malloc'd), after checking that nothing outside its
+   elements changed (guard margins, gaps between strided rows). */
+static float *io_out(const io *x, const cz_case *c, int t)
+{
+    float *all = malloc(x->span[t] * sizeof(float));
+    const size_t w = width_of(t, c);
+    float *out = malloc(c->B * c->H * x->rows * w * sizeof(float));
+    ck_assert(all && out);
+    ck_assert_msg(h_guarded_read(h_queue(), &x->g[t], all, x->used[t]),
+                  "a guard region or a gap of output %d was written (L=%zu d=%zu layout=%d)", t, x->rows, c->d,
+                  (int)c->layout);
+    for (size_t b = 0; b < c->B; ++b)
+        for (size_t h = 0; h < c->H; ++h)
+            for (size_t r = 0; r < x->rows; ++r)
+                memcpy(out + ((b * c->H + h) * x->rows + r) * w,
+                       all + h_layout_offset(&x->desc.layout[t], w, c->H, x->rows, b, h, r), w * sizeof(float));
+    free(all);
+    return out;
+}
+
+/* Every input buffer still holds what was written, margins included. */
+static void io_inputs_intact(const io *x)
+{
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t) {
+        if (!(x->set & BIT(t) & INPUTS))
+            continue;
+        float *all = malloc(x->span[t] * sizeof(float));
+        ck_assert(all);
+        ck_assert_msg(h_guarded_read(h_queue(), &x->g[t], all, NULL), "a guard of input %d was written", t);
+        ck_assert_msg(!memcmp(all, x->host[t], x->span[t] * sizeof(float)), "input %d was modified", t);
+        free(all);
+    }
+}
+
+static void io_free(io *x)
+{
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t) {
+        h_guarded_release(&x->g[t]);
+        free(x->host[t]);
+        free(x->used[t]);
+    }
+}
+
+static void wait_release(cl_event ev)
+{
+    ck_assert(clWaitForEvents(1, &ev) == CL_SUCCESS);
+    clReleaseEvent(ev);
+}
+
+/* ---- reference and error measure --------------------------------------------------------------- */
+
+/* Logical (B, H, L, d) reference outputs of the case (each may be NULL). */
+static void reference(const cz_case *c, size_t L, double *o, double *lse, double *dq, double *dk, double *dv)
+{
+    const size_t d = c->d, n = L * d;
+    double *in[4];
+    for (int i = 0; i < 4; ++i)
+        ck_assert((in[i] = malloc((n ? n : 1) * sizeof(double))) != NULL);
+    double *ro = malloc(n * sizeof(double) + 1), *rl = malloc(L * sizeof(double) + 1);
+    ck_assert(ro && rl);
+    static const int tensors[4] = {CASTLE_TENSOR_QC, CASTLE_TENSOR_KC, CASTLE_TENSOR_VC, CASTLE_TENSOR_DO};
+    for (size_t b = 0; b < c->B; ++b)
+        for (size_t h = 0; h < c->H; ++h) {
+            const size_t bh = b * c->H + h;
+            for (int i = 0; i < 4; ++i)
+                for (size_t r = 0; r < L; ++r)
+                    for (size_t e = 0; e < d; ++e)
+                        in[i][r * d + e] = val(c, tensors[i], b, h, r, e);
+            ck_assert(!ref_causal_forward((int)L, (int)d, scale_of(c), in[0], in[1], in[2], ro, rl));
+            if (o)
+                memcpy(o + bh * n, ro, n * sizeof(double));
+            if (lse)
+                memcpy(lse + bh * L, rl, L * sizeof(double));
+            if (dq)
+                ck_assert(!ref_causal_backward((int)L, (int)d, scale_of(c), in[0], in[1], in[2], in[3], dq + bh * n,
+                                               dk + bh * n, dv + bh * n));
+        }
+    for (int i = 0; i < 4; ++i)
+        free(in[i]);
+    free(ro);
+    free(rl);
+}
+
+/* max |got - ref| / max(floor, max |ref|); INFINITY if got has a non-finite entry. */
+static double rel_err(const float *got, const double *ref, size_t n, double floor)
+{
+    double e = 0, m = floor;
+    for (size_t i = 0; i < n; ++i) {
+        if (!isfinite(got[i]))
+            return INFINITY;
+        e = fmax(e, fabs((double)got[i] - ref[i]));
+        m = fmax(m, fabs(ref[i]));
+    }
+    return e / m;
+}
+
+/* The same measure between two float arrays (the second one as the reference). */
+static double rel_err_f(const float *got, const float *ref, size_t n)
+{
+    double e = 0, m = 1.0;
+    for (size_t i = 0; i < n; ++i) {
+        if (!isfinite(got[i]))
+            return INFINITY;
+        e = fmax(e, fabs((double)got[i] - ref[i]));
+        m = fmax(m, fabs((double)ref[i]));
+    }
+    return e / m;
+}
+
+static void verbose(const char *what, const cz_case *c, const char *fmt, double a, double b, double e)
+{
+    if (getenv("CASTLE_TEST_VERBOSE")) {
+        fprintf(stderr, "%s B=%zu H=%zu L=%zu d=%zu layout=%d mag=%g: ", what, c->B, c->H, c->L, c->d, (int)c->layout,
+                c->mag);
+        fprintf(stderr, fmt, a, b, e);
+        fputc('\n', stderr);
+    }
+}
+
+/* ---- reference checks -------------------------------------------------------------------------- */
+
+/* Zero queries: every score is 0, so o_t is the mean of v_0..v_t and lse_t = log(t + 1). */
+START_TEST(test_ref_by_hand)
+{
+    enum { L = 9, D = 3 };
+    double q[L * D] = {0}, k[L * D], v[L * D], o[L * D], lse[L];
+    for (int i = 0; i < L * D; ++i) {
+        k[i] = sin(i + 1.0);
+        v[i] = cos(3.0 * i);
+    }
+    ck_assert(!ref_causal_forward(L, D, 0.5, q, k, v, o, lse));
+    for (int t = 0; t < L; ++t) {
+        ck_assert(fabs(lse[t] - log(t + 1.0)) < 1e-14);
+        for (int c = 0; c < D; ++c) {
+            double mean = 0;
+            for (int s = 0; s <= t; ++s)
+                mean += v[s * D + c] / (t + 1);
+            ck_assert(fabs(o[t * D + c] - mean) < 1e-14);
+        }
+    }
+    ck_assert(ref_causal_forward(-1, D, 0.5, q, k, v, o, lse) == -1);
+    ck_assert(ref_causal_backward(L, D, 0.5, NULL, k, v, v, o, o, o) == -1);
+}
+END_TEST
+
+/* The analytic gradients against central differences of sum dout * o (h = 1e-5: truncation error
+   ~h^2 = 1e-10, cancellation ~1e-16 / h = 1e-11). */
+START_TEST(test_ref_backward_fd)
+{
+    enum { L = 7, D = 3, N = L * D };
+    const double sc = 0.8;
+    double x[3][N], dout[N], g[3][N], o[N], lse[L];
+    for (int i = 0; i < N; ++i) {
+        x[0][i] = sin(1.3 * i + 0.2);
+        x[1][i] = cos(0.7 * i - 0.4);
+        x[2][i] = sin(2.1 * i + 1.0);
+        dout[i] = cos(1.9 * i + 0.3);
+    }
+    ck_assert(!ref_causal_backward(L, D, sc, x[0], x[1], x[2], dout, g[0], g[1], g[2]));
+    const double hstep = 1e-5;
+    for (int m = 0; m < 3; ++m)
+        for (int i = 0; i < N; ++i) {
+            double loss[2];
+            for (int sgn = 0; sgn < 2; ++sgn) {
+                const double keep = x[m][i];
+                x[m][i] = keep + (sgn ? -hstep : hstep);
+                ck_assert(!ref_causal_forward(L, D, sc, x[0], x[1], x[2], o, lse));
+                x[m][i] = keep;
+                loss[sgn] = 0;
+                for (int j = 0; j < N; ++j)
+                    loss[sgn] += dout[j] * o[j];
+            }
+            const double fd = (loss[0] - loss[1]) / (2 * hstep);
+            ck_assert_msg(fabs(fd - g[m][i]) < 1e-8, "tensor %d element %d: analytic %.12g, finite difference %.12g", m,
+                          i, g[m][i], fd);
+        }
+}
+END_TEST
+
+/* ---- forward ----------------------------------------------------------------------------------- */
+
+/* Every L meets several d and every d several L; both layouts for each L; B, H > 1 throughout.
+   The default block is 32: 63, 64, 65 sit on a block edge, 257 and 1000 end in ragged blocks. */
+static const cz_case fwd_shapes[] = {
+    /* B  H  L     d    layout    mag scale seed */
+    {2, 3, 1, 1, H_BHLD, 1, 0, 1},
+    {2, 2, 1, 256, H_BLHD, 1, 0, 2},
+    {2, 2, 7, 16, H_BLHD, 1, 0, 3},
+    {3, 2, 7, 33, H_BHLD, 1, 0, 4},
+    {2, 2, 7, 1, H_PADDED, 1, 0, 5},
+    {2, 2, 63, 64, H_BHLD, 1, 0, 6},
+    {2, 3, 63, 1, H_BLHD, 1, 0, 7},
+    {2, 2, 63, 128, H_PADDED, 1, 0, 8},
+    {2, 2, 64, 33, H_BLHD, 1, 0, 9},
+    {2, 2, 64, 256, H_BHLD, 1, 0, 10},
+    {2, 2, 65, 16, H_BHLD, 1, 0, 11},
+    {2, 2, 65, 64, H_BLHD, 1, 0, 12},
+    {2, 2, 257, 128, H_BLHD, 1, 0, 13},
+    {2, 2, 257, 33, H_BHLD, 1, 0, 14},
+    {2, 2, 257, 256, H_PADDED, 1, 0, 15},
+    {2, 2, 1000, 64, H_BHLD, 1, 0, 16},
+    {2, 2, 1000, 16, H_BLHD, 1, 0, 17},
+    {2, 2, 1000, 256, H_BLHD, 1, 0, 18},
+    {2, 2, 100, 64, H_BHLD, 1, 0.3f, 19}, /* explicit scale */
+};
+#define NFWD ((int)(sizeof fwd_shapes / sizeof fwd_shapes[0]))
+
+/* castle_causal_forward of case c: outputs (logical) in *o, *lse; guards and inputs checked. */
+static void run_forward(const cz_case *c, long window, float **o, float **lse)
+{
+    io x;
+    io_make(&x, c, 0, c->L, FWD_SET);
+    x.desc.window = window;
+    cl_event ev = NULL;
+    castle_status st = castle_causal_forward(ctx(), &x.desc, buf(&x, CASTLE_TENSOR_QC), buf(&x, CASTLE_TENSOR_KC),
+                                             buf(&x, CASTLE_TENSOR_VC), buf(&x, CASTLE_TENSOR_O),
+                                             buf(&x, CASTLE_TENSOR_LSE), h_queue(), 0, NULL, &ev);
+    ck_assert_msg(st == CASTLE_SUCCESS, "castle_causal_forward: %s", castle_last_error());
+    wait_release(ev);
+    *o = io_out(&x, c, CASTLE_TENSOR_O);
+    *lse = io_out(&x, c, CASTLE_TENSOR_LSE);
+    io_inputs_intact(&x);
+    io_free(&x);
+}
+
+static void check_forward(const cz_case *c, double tol)
+{
+    float *o, *lse;
+    run_forward(c, 0, &o, &lse);
+    const size_t n = c->B * c->H * c->L * c->d, nl = c->B * c->H * c->L;
+    double *ro = malloc(n * sizeof(double)), *rl = malloc(nl * sizeof(double));
+    ck_assert(ro && rl);
+    reference(c, c->L, ro, rl, NULL, NULL, NULL);
+    const double eo = rel_err(o, ro, n, 1.0), el = rel_err(lse, rl, nl, 1.0);
+    verbose("forward", c, "err_o=%.3g err_lse=%.3g%.0f", eo, el, 0);
+    ck_assert_msg(eo <= tol && el <= tol, "L=%zu d=%zu layout=%d mag=%g: err_o=%.3g err_lse=%.3g > %.3g", c->L, c->d,
+                  (int)c->layout, c->mag, eo, el, tol);
+    free(o);
+    free(lse);
+    free(ro);
+    free(rl);
+}
+
+START_TEST(test_forward_shapes) { check_forward(&fwd_shapes[_i], CAUSAL_TOL); }
+END_TEST
+
+/* Inputs of magnitude 10-20: scores in the hundreds to thousands; the online softmax must not overflow. */
+START_TEST(test_forward_large)
+{
+    static const cz_case big[] = {
+        {2, 2, 130, 64, H_BHLD, 10, 0, 31},
+        {2, 2, 257, 128, H_BLHD, 20, 0, 32},
+    };
+    check_forward(&big[_i], CAUSAL_LARGE_TOL);
+}
+END_TEST
+
+/* The window is ignored (causal attention has no lookahead): bitwise the same outputs. */
+START_TEST(test_forward_window_ignored)
+{
+    const cz_case c = {2, 2, 100, 33, H_BHLD, 1, 0, 41};
+    float *o0, *l0, *o5, *l5;
+    run_forward(&c, 0, &o0, &l0);
+    run_forward(&c, 5, &o5, &l5);
+    ck_assert(!memcmp(o0, o5, c.B * c.H * c.L * c.d * sizeof(float)));
+    ck_assert(!memcmp(l0, l5, c.B * c.H * c.L * sizeof(float)));
+    free(o0);
+    free(l0);
+    free(o5);
+    free(l5);
+}
+END_TEST
+
+/* ---- backward ---------------------------------------------------------------------------------- */
+
+static const cz_case bwd_shapes[] = {
+    /* B  H  L     d    layout    mag scale seed */
+    {2, 2, 1, 16, H_BHLD, 1, 0, 51},
+    {2, 3, 7, 1, H_BLHD, 1, 0, 52},
+    {2, 2, 7, 256, H_BHLD, 1, 0, 53},
+    {2, 2, 63, 33, H_BLHD, 1, 0, 54},
+    {2, 2, 64, 64, H_PADDED, 1, 0, 55},
+    {2, 2, 65, 128, H_BHLD, 1, 0, 56},
+    {2, 2, 65, 16, H_BLHD, 1, 0, 57},
+    {2, 2, 257, 64, H_BLHD, 1, 0, 58},
+    {2, 2, 257, 256, H_BHLD, 1, 0, 59},
+    {2, 2, 1000, 64, H_BHLD, 1, 0, 60},
+    {2, 2, 1000, 33, H_BLHD, 1, 0, 61},
+    {2, 2, 100, 128, H_BHLD, 1, 0.3f, 62}, /* explicit scale */
+};
+#define NBWD ((int)(sizeof bwd_shapes / sizeof bwd_shapes[0]))
+
+/* Forward then backward of case c on queue q; gradients (logical) in g[0..2] = dq, dk, dv. */
+static void run_backward(const cz_case *c, cl_command_queue q, float *g[3])
+{
+    io x;
+    io_make(&x, c, 0, c->L, BWD_SET);
+    cl_event ev = NULL, ev2 = NULL;
+    castle_status st = castle_causal_forward(ctx(), &x.desc, buf(&x, CASTLE_TENSOR_QC), buf(&x, CASTLE_TENSOR_KC),
+                                             buf(&x, CASTLE_TENSOR_VC), buf(&x, CASTLE_TENSOR_O),
+                                             buf(&x, CASTLE_TENSOR_LSE), q, 0, NULL, &ev);
+    ck_assert_msg(st == CASTLE_SUCCESS, "castle_causal_forward: %s", castle_last_error());
+    st = castle_causal_backward(ctx(), &x.desc, buf(&x, CASTLE_TENSOR_QC), buf(&x, CASTLE_TENSOR_KC),
+                                buf(&x, CASTLE_TENSOR_VC), buf(&x, CASTLE_TENSOR_O), buf(&x, CASTLE_TENSOR_LSE),
+                                buf(&x, CASTLE_TENSOR_DO), buf(&x, CASTLE_TENSOR_DQC), buf(&x, CASTLE_TENSOR_DKC),
+                                buf(&x, CASTLE_TENSOR_DVC), q, 1, &ev, &ev2);
+    ck_assert_msg(st == CASTLE_SUCCESS, "castle_causal_backward: %s", castle_last_error());
+    clReleaseEvent(ev);
+    wait_release(ev2);
+    for (int i = 0; i < 3; ++i)
+        g[i] = io_out(&x, c, CASTLE_TENSOR_DQC + i);
+    io_inputs_intact(&x);
+    free(io_out(&x, c, CASTLE_TENSOR_O)); /* the forward's outputs: guards only */
+    free(io_out(&x, c, CASTLE_TENSOR_LSE));
+    io_free(&x);
+}
+
+START_TEST(test_backward_shapes)
+{
+    const cz_case *c = &bwd_shapes[_i];
+    float *g[3];
+    run_backward(c, h_queue(), g);
+    const size_t n = c->B * c->H * c->L * c->d;
+    double *r[3];
+    for (int i = 0; i < 3; ++i)
+        ck_assert((r[i] = malloc(n * sizeof(double))) != NULL);
+    reference(c, c->L, NULL, NULL, r[0], r[1], r[2]);
+    double e[3];
+    for (int i = 0; i < 3; ++i) /* floor: tests/tolerance.h CAUSAL_GRAD_TOL */
+        e[i] = rel_err(g[i], r[i], n, 0.1);
+    verbose("backward", c, "err_dq=%.3g err_dk=%.3g err_dv=%.3g", e[0], e[1], e[2]);
+    for (int i = 0; i < 3; ++i) {
+        ck_assert_msg(e[i] <= CAUSAL_GRAD_TOL, "L=%zu d=%zu layout=%d: error of %s %.3g > %.3g", c->L, c->d,
+                      (int)c->layout, i == 0 ? "dq" : i == 1 ? "dk" : "dv", e[i], CAUSAL_GRAD_TOL);
+        free(g[i]);
+        free(r[i]);
+    }
+}
+END_TEST
+
+/* Two runs give the same bits (no atomics), and so does an out-of-order queue with events between
+   the launches. */
+START_TEST(test_backward_reproducible)
+{
+    const cz_case c = {2, 2, 130, 64, H_BLHD, 1, 0, 71};
+    const size_t n = c.B * c.H * c.L * c.d;
+    float *a[3], *b[3];
+    run_backward(&c, h_queue(), a);
+    run_backward(&c, h_queue(), b);
+    for (int i = 0; i < 3; ++i)
+        ck_assert_msg(!memcmp(a[i], b[i], n * sizeof(float)), "gradient %d differs between two runs", i);
+    cl_int err;
+    cl_command_queue ooo = clCreateCommandQueue(castle_context_cl_context(ctx()), castle_context_device(ctx()),
+                                                CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    if (ooo) {
+        float *o3[3];
+        run_backward(&c, ooo, o3);
+        for (int i = 0; i < 3; ++i) {
+            ck_assert_msg(!memcmp(a[i], o3[i], n * sizeof(float)), "gradient %d differs on an out-of-order queue", i);
+            free(o3[i]);
+        }
+        clReleaseCommandQueue(ooo);
+    } else {
+        fprintf(stderr, "test_causal: no out-of-order queue on this device (OpenCL %d); that part is skipped\n", err);
+    }
+    for (int i = 0; i < 3; ++i) {
+        free(a[i]);
+        free(b[i]);
+    }
+}
+END_TEST
+
+/* ---- decode with the KV cache ------------------------------------------------------------------ */
+
+typedef struct dec_case {
+    cz_case c;    /* c.L: the whole sequence */
+    size_t P;     /* prompt (0: decode from an empty cache) */
+    size_t chunk; /* tokens per castle_causal_decode call */
+    bool with_lse;
+} dec_case;
+
+static const dec_case dec_cases[] = {
+    /*  B  H  L     d    layout    mag scale seed    P    chunk lse */
+    {{2, 2, 65, 16, H_BHLD, 1, 0, 81}, 33, 1, true},
+    {{2, 2, 70, 64, H_BLHD, 1, 0, 82}, 1, 3, true},
+    {{2, 3, 100, 33, H_PADDED, 1, 0, 83}, 64, 4, false}, /* 4: the most rows castle_causal_decode takes */
+    {{2, 2, 130, 1, H_BHLD, 1, 0, 84}, 65, 5, true},     /* 5: the block kernel */
+    {{2, 2, 257, 128, H_BLHD, 1, 0, 85}, 100, 7, true},
+    {{2, 2, 200, 256, H_BHLD, 1, 0, 86}, 63, 40, true},  /* two blocks of new rows */
+    {{2, 2, 40, 64, H_BHLD, 1, 0, 87}, 0, 1, true},      /* from an empty cache */
+    {{2, 2, 257, 16, H_BLHD, 1, 0.3f, 88}, 256, 1, true},
+};
+#define NDEC ((int)(sizeof dec_cases / sizeof dec_cases[0]))
+
+/* Runs prefill (P > 0) and decode calls of `chunk` tokens over the whole sequence on cache kc
+   (which must be empty); returns the logical outputs of every token (lse: NULL without it). */
+static void run_decode(const dec_case *dc, castle_kv_cache *kc, cl_command_queue q, float **o, float **lse)
+{
+    const cz_case *c = &dc->c;
+    const size_t d = c->d, L = c->L;
+    *o = malloc(c->B * c->H * L * d * sizeof(float));
+    *lse = dc->with_lse ? malloc(c->B * c->H * L * sizeof(float)) : NULL;
+    ck_assert(*o && (*lse || !dc->with_lse));
+    const unsigned set = dc->with_lse ? FWD_SET : FWD_SET & ~BIT(CASTLE_TENSOR_LSE);
+    cl_event prev = NULL;
+    for (size_t pos = 0; pos < L;) {
+        const bool prefill = pos == 0 && dc->P > 0;
+        const size_t n = prefill ? dc->P : (dc->chunk < L - pos ? dc->chunk : L - pos);
+        io x;
+        io_make(&x, c, pos, n, set);
+        cl_event ev = NULL;
+        castle_status st =
+            (prefill ? castle_causal_prefill : castle_causal_decode)(
+                ctx(), kc, &x.desc, buf(&x, CASTLE_TENSOR_QC), buf(&x, CASTLE_TENSOR_KC), buf(&x, CASTLE_TENSOR_VC),
+                buf(&x, CASTLE_TENSOR_O), buf(&x, CASTLE_TENSOR_LSE), q, prev ? 1 : 0, prev ? &prev : NULL, &ev);
+        ck_assert_msg(st == CASTLE_SUCCESS, "%s at %zu: %s", prefill ? "prefill" : "decode", pos, castle_last_error());
+        if (prev)
+            clReleaseEvent(prev);
+        prev = ev;
+        ck_assert(clWaitForEvents(1, &ev) == CL_SUCCESS);
+        float *xo = io_out(&x, c, CASTLE_TENSOR_O), *xl = dc->with_lse ? io_out(&x, c, CASTLE_TENSOR_LSE) : NULL;
+        for (size_t bh = 0; bh < c->B * c->H; ++bh) {
+            memcpy(*o + (bh * L + pos) * d, xo + bh * n * d, n * d * sizeof(float));
+            if (xl)
+                memcpy(*lse + bh * L + pos, xl + bh * n, n * sizeof(float));
+        }
+        free(xo);
+        free(xl);
+        io_inputs_intact(&x);
+        io_free(&x);
+        pos += n;
+        size_t len = 0;
+        ck_assert(castle_kv_cache_length(kc, &len) == CASTLE_SUCCESS && len == pos);
+    }
+    if (prev)
+        clReleaseEvent(prev);
+}
+
+static void check_decode(const dec_case *dc, size_t extra_capacity)
+{
+    const cz_case *c = &dc->c;
+    castle_attention_desc cd;
+    castle_attention_desc_init(&cd, c->B, c->H, c->L + extra_capacity, c->d);
+    castle_kv_cache *kc = NULL;
+    ck_assert_msg(castle_kv_cache_create(ctx(), &cd, &kc) == CASTLE_SUCCESS, "%s", castle_last_error());
+    float *o, *lse;
+    run_decode(dc, kc, h_queue(), &o, &lse);
+    castle_kv_cache_destroy(kc);
+
+    /* against the forward pass over the whole sequence, on the device and in fp64 */
+    float *fo, *fl;
+    run_forward(c, 0, &fo, &fl);
+    const size_t n = c->B * c->H * c->L * c->d, nl = c->B * c->H * c->L;
+    double *ro = malloc(n * sizeof(double)), *rl = malloc(nl * sizeof(double));
+    ck_assert(ro && rl);
+    reference(c, c->L, ro, rl, NULL, NULL, NULL);
+    const double ef = rel_err_f(o, fo, n), er = rel_err(o, ro, n, 1.0);
+    const double lf = lse ? rel_err_f(lse, fl, nl) : 0, lr = lse ? rel_err(lse, rl, nl, 1.0) : 0;
+    verbose("decode", c, "vs forward: o %.3g lse %.3g; vs reference: o %.3g", ef, lf, er);
+    ck_assert_msg(ef <= CAUSAL_TOL && lf <= CAUSAL_TOL, "L=%zu d=%zu P=%zu chunk=%zu: against the forward o %.3g lse %.3g",
+                  c->L, c->d, dc->P, dc->chunk, ef, lf);
+    ck_assert_msg(er <= CAUSAL_TOL && lr <= CAUSAL_TOL,
+                  "L=%zu d=%zu P=%zu chunk=%zu: against the reference o %.3g lse %.3g", c->L, c->d, dc->P, dc->chunk, er,
+                  lr);
+    free(o);
+    free(lse);
+    free(fo);
+    free(fl);
+    free(ro);
+    free(rl);
+}
+
+START_TEST(test_decode_invariant) { check_decode(&dec_cases[_i], _i % 2 ? 0 : 9); }
+END_TEST
+
+/* A long cache with few heads: a single-token decode splits the keys among work-groups (and each
+   work-group among its work-items); the last tokens still equal the reference. */
+START_TEST(test_decode_long)
+{
+    const dec_case dc = {{1, 2, 4200, 16, H_BHLD, 1, 0, 91}, 4190, 1, true};
+    const cz_case *c = &dc.c;
+    castle_attention_desc cd;
+    castle_attention_desc_init(&cd, c->B, c->H, c->L, c->d);
+    castle_kv_cache *kc = NULL;
+    ck_assert(castle_kv_cache_create(ctx(), &cd, &kc) == CASTLE_SUCCESS);
+    float *o, *lse;
+    run_decode(&dc, kc, h_queue(), &o, &lse);
+    castle_kv_cache_destroy(kc);
+    const size_t n = c->B * c->H * c->L * c->d, nl = c->B * c->H * c->L;
+    double *ro = malloc(n * sizeof(double)), *rl = malloc(nl * sizeof(double));
+    ck_assert(ro && rl);
+    reference(c, c->L, ro, rl, NULL, NULL, NULL);
+    const double eo = rel_err(o, ro, n, 1.0), el = rel_err(lse, rl, nl, 1.0);
+    verbose("decode", c, "long: o %.3g lse %.3g%.0f", eo, el, 0);
+    ck_assert_msg(eo <= CAUSAL_TOL && el <= CAUSAL_TOL, "long decode: o %.3g lse %.3g", eo, el);
+    free(o);
+    free(lse);
+    free(ro);
+    free(rl);
+}
+END_TEST
+
+/* Decoding on an out-of-order queue, each call waiting on the one before, gives the same bits. */
+START_TEST(test_decode_out_of_order)
+{
+    const dec_case dc = {{2, 2, 80, 64, H_BHLD, 1, 0, 95}, 30, 3, true};
+    cl_int err;
+    cl_command_queue ooo = clCreateCommandQueue(castle_context_cl_context(ctx()), castle_context_device(ctx()),
+                                                CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    if (!ooo) {
+        fprintf(stderr, "test_causal: no out-of-order queue on this device (OpenCL %d); skipped\n", err);
+        return;
+    }
+    castle_attention_desc cd;
+    castle_attention_desc_init(&cd, dc.c.B, dc.c.H, dc.c.L, dc.c.d);
+    castle_kv_cache *k1 = NULL, *k2 = NULL;
+    ck_assert(castle_kv_cache_create(ctx(), &cd, &k1) == CASTLE_SUCCESS);
+    ck_assert(castle_kv_cache_create(ctx(), &cd, &k2) == CASTLE_SUCCESS);
+    float *o1, *l1, *o2, *l2;
+    run_decode(&dc, k1, h_queue(), &o1, &l1);
+    run_decode(&dc, k2, ooo, &o2, &l2);
+    ck_assert(!memcmp(o1, o2, dc.c.B * dc.c.H * dc.c.L * dc.c.d * sizeof(float)));
+    ck_assert(!memcmp(l1, l2, dc.c.B * dc.c.H * dc.c.L * sizeof(float)));
+    castle_kv_cache_destroy(k1);
+    castle_kv_cache_destroy(k2);
+    clReleaseCommandQueue(ooo);
+    free(o1);
+    free(l1);
+    free(o2);
+    free(l2);
+}
+END_TEST
+
+/* ---- API and errors ---------------------------------------------------------------------------- */
+
+START_TEST(test_cache_api)
+{
+    const dec_case dc = {{2, 2, 20, 16, H_BHLD, 1, 0, 101}, 12, 1, true};
+    const cz_case *c = &dc.c;
+    castle_attention_desc cd;
+    castle_attention_desc_init(&cd, c->B, c->H, c->L, c->d);
+    castle_kv_cache *kc = NULL;
+    ck_assert(castle_kv_cache_create(ctx(), &cd, &kc) == CASTLE_SUCCESS);
+    size_t bytes = 0, len = 1;
+    ck_assert(castle_kv_cache_bytes(kc, &bytes) == CASTLE_SUCCESS);
+    ck_assert(bytes >= 2 * c->B * c->H * c->L * c->d * sizeof(float));
+    ck_assert(castle_kv_cache_length(kc, &len) == CASTLE_SUCCESS && len == 0);
+    ck_assert(castle_kv_cache_bytes(NULL, &bytes) == CASTLE_ERR_NULL_POINTER);
+    ck_assert(castle_kv_cache_length(kc, NULL) == CASTLE_ERR_NULL_POINTER);
+    ck_assert(castle_kv_cache_reset(NULL) == CASTLE_ERR_NULL_POINTER);
+    ck_assert(castle_kv_cache_create(ctx(), &cd, NULL) == CASTLE_ERR_NULL_POINTER);
+    ck_assert(castle_kv_cache_create(NULL, &cd, &kc) == CASTLE_ERR_NULL_CONTEXT);
+    castle_kv_cache_destroy(NULL);
+
+    io x;
+    io_make(&x, c, 0, dc.P, FWD_SET);
+    const cl_mem q = buf(&x, CASTLE_TENSOR_QC), k = buf(&x, CASTLE_TENSOR_KC), v = buf(&x, CASTLE_TENSOR_VC);
+    const cl_mem o = buf(&x, CASTLE_TENSOR_O), lse = buf(&x, CASTLE_TENSOR_LSE);
+    cl_command_queue qu = h_queue();
+    ck_assert(castle_causal_prefill(ctx(), kc, &x.desc, q, k, v, o, lse, qu, 0, NULL, NULL) == CASTLE_SUCCESS);
+    ck_assert(castle_causal_prefill(ctx(), kc, &x.desc, q, k, v, o, lse, qu, 0, NULL, NULL) == CASTLE_ERR_CACHE_NOT_EMPTY);
+    /* 12 cached + 12 > 20: refused, nothing enqueued, the length unchanged */
+    ck_assert(castle_causal_decode(ctx(), kc, &x.desc, q, k, v, o, lse, qu, 0, NULL, NULL) == CASTLE_ERR_CACHE_FULL);
+    ck_assert(castle_kv_cache_length(kc, &len) == CASTLE_SUCCESS && len == dc.P);
+    castle_attention_desc bad = x.desc;
+    bad.heads = 1;
+    ck_assert(castle_causal_decode(ctx(), kc, &bad, q, k, v, o, lse, qu, 0, NULL, NULL) == CASTLE_ERR_SHAPE_MISMATCH);
+    bad = x.desc;
+    bad.head_dim = 8;
+    ck_assert(castle_causal_decode(ctx(), kc, &bad, q, k, v, o, lse, qu, 0, NULL, NULL) == CASTLE_ERR_SHAPE_MISMATCH);
+    ck_assert(castle_causal_decode(ctx(), NULL, &x.desc, q, k, v, o, lse, qu, 0, NULL, NULL) == CASTLE_ERR_NULL_POINTER);
+    ck_assert(castle_causal_decode(ctx(), kc, &x.desc, q, k, v, NULL, lse, qu, 0, NULL, NULL) == CASTLE_ERR_NULL_BUFFER);
+    ck_assert(castle_causal_decode(ctx(), kc, &x.desc, q, k, v, q, lse, qu, 0, NULL, NULL) == CASTLE_ERR_INVALID_ARGUMENT);
+    ck_assert(castle_causal_decode(ctx(), kc, &x.desc, q, k, v, o, lse, NULL, 0, NULL, NULL) == CASTLE_ERR_NULL_QUEUE);
+    ck_assert(castle_kv_cache_length(kc, &len) == CASTLE_SUCCESS && len == dc.P);
+    /* reset: the same prompt again gives the same outputs */
+    float *o1 = io_out(&x, c, CASTLE_TENSOR_O);
+    ck_assert(castle_kv_cache_reset(kc) == CASTLE_SUCCESS);
+    ck_assert(castle_kv_cache_length(kc, &len) == CASTLE_SUCCESS && len == 0);
+    ck_assert(castle_causal_prefill(ctx(), kc, &x.desc, q, k, v, o, NULL, qu, 0, NULL, NULL) == CASTLE_SUCCESS);
+    ck_assert(clFinish(qu) == CL_SUCCESS);
+    float *o2 = io_out(&x, c, CASTLE_TENSOR_O);
+    ck_assert(!memcmp(o1, o2, c->B * c->H * dc.P * c->d * sizeof(float)));
+    free(o1);
+    free(o2);
+    io_free(&x);
+    castle_kv_cache_destroy(kc);
+}
+END_TEST
+
+START_TEST(test_argument_errors)
+{
+    const cz_case c = {2, 2, 10, 8, H_BHLD, 1, 0, 111};
+    io x;
+    io_make(&x, &c, 0, c.L, BWD_SET);
+    cl_mem b[CASTLE_TENSOR_COUNT];
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
+        b[t] = buf(&x, t);
+    cl_command_queue q = h_queue();
+    castle_context *cx = ctx();
+#define FWD(desc, lse) \
+    castle_causal_forward(cx, desc, b[CASTLE_TENSOR_QC], b[CASTLE_TENSOR_KC], b[CASTLE_TENSOR_VC], b[CASTLE_TENSOR_O], lse, q, 0, NULL, NULL)
+    ck_assert(FWD(NULL, b[CASTLE_TENSOR_LSE]) == CASTLE_ERR_NULL_POINTER);
+    ck_assert(FWD(&x.desc, NULL) == CASTLE_ERR_NULL_BUFFER); /* lse is required */
+    ck_assert(FWD(&x.desc, b[CASTLE_TENSOR_QC]) == CASTLE_ERR_INVALID_ARGUMENT); /* an output on an input */
+    castle_attention_desc bad = x.desc;
+    bad.head_dim = CASTLE_MAX_HEAD_DIM + 1;
+    ck_assert(FWD(&bad, b[CASTLE_TENSOR_LSE]) == CASTLE_ERR_HEAD_DIM);
+    bad = x.desc;
+    bad.seq_len = c.L + 1; /* the buffers are one row short */
+    ck_assert(FWD(&bad, b[CASTLE_TENSOR_LSE]) == CASTLE_ERR_BUFFER_TOO_SMALL);
+    ck_assert(castle_causal_forward(NULL, &x.desc, b[3], b[4], b[5], b[6], b[7], q, 0, NULL, NULL) == CASTLE_ERR_NULL_CONTEXT);
+    ck_assert(castle_causal_forward(cx, &x.desc, b[3], b[4], b[5], b[6], b[7], q, 1, NULL, NULL) == CASTLE_ERR_WAIT_LIST);
+#undef FWD
+#define BWD(dq, dk, dv)                                                                                           \
+    castle_causal_backward(cx, &x.desc, b[CASTLE_TENSOR_QC], b[CASTLE_TENSOR_KC], b[CASTLE_TENSOR_VC],       \
+                           b[CASTLE_TENSOR_O], b[CASTLE_TENSOR_LSE], b[CASTLE_TENSOR_DO], dq, dk, dv, q, 0, NULL, NULL)
+    ck_assert(BWD(b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DKC], NULL) == CASTLE_ERR_NULL_BUFFER);
+    ck_assert(BWD(b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DVC]) == CASTLE_ERR_INVALID_ARGUMENT);
+    ck_assert(BWD(b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DKC], b[CASTLE_TENSOR_DO]) == CASTLE_ERR_INVALID_ARGUMENT);
+#undef BWD
+    /* nothing was written by the refused calls */
+    for (int t = CASTLE_TENSOR_O; t < CASTLE_TENSOR_COUNT; ++t)
+        if ((x.set & BIT(t)) && !(INPUTS & BIT(t))) {
+            float *all = malloc(x.span[t] * sizeof(float));
+            ck_assert(all && h_guarded_read(q, &x.g[t], all, x.used[t]));
+            ck_assert(!memcmp(all, x.host[t], x.span[t] * sizeof(float)));
+            free(all);
+        }
+    io_inputs_intact(&x);
+    io_free(&x);
+}
+END_TEST
+
+Suite *causal_suite(void)
+{
+    Suite *s = suite_create("causal");
+    TCase *tc = tcase_create("reference");
+    tcase_add_test(tc, test_ref_by_hand);
+    tcase_add_test(tc, test_ref_backward_fd);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("forward");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_forward_shapes, 0, NFWD);
+    tcase_add_loop_test(tc, test_forward_large, 0, 2);
+    tcase_add_test(tc, test_forward_window_ignored);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("backward");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_backward_shapes, 0, NBWD);
+    tcase_add_test(tc, test_backward_reproducible);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("decode");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_decode_invariant, 0, NDEC);
+    tcase_add_test(tc, test_decode_long);
+    tcase_add_test(tc, test_decode_out_of_order);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("api");
+    tcase_add_test(tc, test_cache_api);
+    tcase_add_test(tc, test_argument_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(causal_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,152 @@
+/* The per-device tuning file: castle-tune writes an entry that a new context loads ("file"), the
+   loaded configuration passes the conformance checks, and malformed or foreign entries are ignored. */
+#define _POSIX_C_SOURCE 200809L
+#include "harness.h"
+#include "tolerance.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char g_file[256];
+
+static void device_ids(char *name, size_t nn, char *driver, size_t nd)
+{
+    cl_device_id dev = castle_context_device(h_context());
+    ck_assert(dev);
+    memset(name, 0, nn);
+    memset(driver, 0, nd);
+    clGetDeviceInfo(dev, CL_DEVICE_NAME, nn - 1, name, NULL);
+    clGetDeviceInfo(dev, CL_DRIVER_VERSION, nd - 1, driver, NULL);
+}
+
+static void write_file(const char *text)
+{
+    FILE *f = fopen(g_file, "w");
+    ck_assert(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static castle_context *open_with_file(castle_tuning *t)
+{
+    setenv("CASTLE_TUNING_FILE", g_file, 1);
+    castle_context *ctx = NULL;
+    castle_status st = castle_context_create_default(NULL, &ctx);
+    unsetenv("CASTLE_TUNING_FILE");
+    ck_assert_msg(st == CASTLE_SUCCESS, "%s", castle_last_error());
+    ck_assert(castle_context_get_tuning(ctx, t) == CASTLE_SUCCESS);
+    return ctx;
+}
+
+static void conformance(castle_context *ctx)
+{
+    static const h_fwd_case cases[] = {{2, 2, 70, 33, 0, H_BLHD, 1, 0, 51}, {1, 2, 130, 16, 5, H_BHLD, 1, 0, 52}};
+    for (size_t k = 0; k < 2; ++k) {
+        h_fwd_out out;
+        ck_assert_msg(h_run_backward(ctx, castle_context_queue(ctx), &cases[k], H_GRAD_EXACT, false, &out) ==
+                          CASTLE_SUCCESS,
+                      "%s", castle_last_error());
+        double g = 0;
+        for (int q = 0; q < 6; ++q)
+            g = fmax(g, out.err_grad[q]);
+        ck_assert_msg(out.guards_ok && out.finite && out.err_o <= FORWARD_TOL && g <= BACKWARD_TOL,
+                      "tuned configuration fails conformance: err_o %.3g grad %.3g", out.err_o, g);
+    }
+}
+
+/* castle-tune --quick writes this device's entry; a new context loads it and computes correctly. */
+START_TEST(test_tune_then_load)
+{
+    snprintf(g_file, sizeof g_file, "/tmp/castle_tuning_%ld.tsv", (long)getpid());
+    remove(g_file);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --quick --L 96 --heads 1 --repeat 1 --file '%s' > /dev/null", CASTLE_TUNE_PATH,
+             g_file);
+    const int rc = system(cmd);
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "castle-tune failed (%d)", rc);
+    char name[256], driver[256], line[1024];
+    device_ids(name, sizeof name, driver, sizeof driver);
+    FILE *f = fopen(g_file, "r");
+    ck_assert_msg(f, "castle-tune wrote no %s", g_file);
+    castle_tuning want = {0, 0, 0, 0, 0};
+    bool found = false;
+    while (fgets(line, sizeof line, f)) {
+        char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+        if (!t2)
+            continue;
+        *t1 = *t2 = '\0';
+        if (!strcmp(line, name) && !strcmp(t1 + 1, driver))
+            found = sscanf(t2 + 1, "block=%u,threads=%u,dchunk=%u,vector=%u,fold=%u", &want.block, &want.threads,
+                           &want.dchunk, &want.vector, &want.fold) == 5;
+    }
+    fclose(f);
+    ck_assert_msg(found, "no entry for '%s' / '%s' in %s", name, driver, g_file);
+    castle_tuning got;
+    castle_context *ctx = open_with_file(&got);
+    ck_assert_str_eq(castle_context_tuning_name(ctx), "file");
+    ck_assert_msg(got.block == want.block && got.threads == want.threads && got.dchunk == want.dchunk &&
+                      got.vector == want.vector && got.fold == want.fold,
+                  "loaded {%u,%u,%u,%u}, file says {%u,%u,%u,%u}", got.block, got.threads, got.dchunk, got.vector,
+                  want.block, want.threads, want.dchunk, want.vector);
+    conformance(ctx);
+    castle_context_destroy(ctx);
+    remove(g_file);
+}
+END_TEST
+
+/* Entries for other devices or drivers, malformed lines and entries the device cannot run are
+   ignored: the context falls back to the built-in table. */
+START_TEST(test_file_ignored)
+{
+    snprintf(g_file, sizeof g_file, "/tmp/castle_tuning_bad_%ld.tsv", (long)getpid());
+    char name[256], driver[256], text[4096];
+    device_ids(name, sizeof name, driver, sizeof driver);
+    castle_tuning table;
+    ck_assert(castle_context_get_tuning(h_context(), &table) == CASTLE_SUCCESS);
+    static const char *const bad[] = {
+        "%s\tother-driver\tblock=16,threads=64,dchunk=16,vector=4\n", /* another driver */
+        "%s\t%s\tblock=12,threads=64,dchunk=16,vector=4\n",            /* invalid block */
+        "%s\t%s\tblocks=16\n",                                         /* unknown key */
+        "%s %s block=16,threads=64,dchunk=16,vector=4\n",              /* not tab-separated */
+        "%s\t%s\n",                                                    /* no tuning field */
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; ++k) {
+        snprintf(text, sizeof text, bad[k], name, driver);
+        write_file(text);
+        castle_tuning got;
+        castle_context *ctx = open_with_file(&got);
+        ck_assert_msg(strcmp(castle_context_tuning_name(ctx), "file"), "entry %zu was used", k);
+        ck_assert(got.block == table.block && got.threads == table.threads && got.dchunk == table.dchunk);
+        castle_context_destroy(ctx);
+    }
+    snprintf(text, sizeof text, "# comment\nsome-other-device\t1.0\tblock=64,threads=64,dchunk=64,vector=4\n"
+                                "%s\t%s\tblock=16,threads=64,dchunk=16\n", name, driver);
+    write_file(text); /* a valid line after foreign ones; vector left to the device default */
+    castle_tuning got;
+    castle_context *ctx = open_with_file(&got);
+    ck_assert_str_eq(castle_context_tuning_name(ctx), "file");
+    ck_assert(got.block == 16 && got.threads == 64 && got.dchunk == 16 && got.vector >= 1);
+    castle_context_destroy(ctx);
+    remove(g_file);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("tuning");
+    TCase *tc = tcase_create("file");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, test_file_ignored);
+    tcase_add_test(tc, test_tune_then_load);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,384 @@
+/* castle-tune: searches the tuning parameters (block, threads, dchunk, vector) for one device,
+ * verifies the winner against the fp64 reference, and writes it to the per-device tuning file that
+ * castle_context_create loads (see castle.h, "Tuning").  Also prints the winner as an entry for the
+ * built-in table in host/tuning.c. */
+#define _POSIX_C_SOURCE 200809L
+#include "castle/castle.h"
+#include "harness.h"
+#include "tolerance.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char usage[] =
+    "usage: castle-tune [--device P:D] [--L N] [--d N] [--heads N] [--repeat N] [--file PATH] [--dry-run] [--quick]\n"
+    "\n"
+    "Times castle_forward + castle_backward (B=1, H=heads, L, d) under candidate tunings, by coordinate\n"
+    "search: vector width, then block x threads, then dchunk, each stage starting from the best so far.\n"
+    "The winner is checked against the fp64 reference (forward and gradients), then written to the\n"
+    "tuning file as the entry for this device name and driver version (other devices' entries kept).\n"
+    "\n"
+    "options:\n"
+    "  --device P:D   OpenCL platform:device or flat index (default: $CASTLE_DEVICE, else 0:0)\n"
+    "  --L N          sequence length to tune at (default 1024)\n"
+    "  --d N          head dim (default 64)\n"
+    "  --heads N      heads (default 4)\n"
+    "  --repeat N     timed runs per candidate, median taken (default 3)\n"
+    "  --file PATH    tuning file (default: $CASTLE_TUNING_FILE, else $XDG_CONFIG_HOME/castle/tuning.tsv,\n"
+    "                 else ~/.config/castle/tuning.tsv)\n"
+    "  --dry-run      search and verify, but do not write the file\n"
+    "  --quick        a reduced search: the starting tuning and one other vector width (for tests)\n"
+    "  -h, --help     this text\n"
+    "\n"
+    "exit status: 0 success, 1 library, device or file failure, 2 bad usage\n";
+
+typedef struct options {
+    const char *device, *file;
+    size_t L, d, heads;
+    long repeat;
+    bool dry, quick;
+} options;
+
+static int bad_usage(const char *msg, const char *arg)
+{
+    fprintf(stderr, "castle-tune: %s '%s'\n(run castle-tune --help for usage)\n", msg, arg);
+    return 2;
+}
+
+static int parse_args(int argc, char **argv, options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->L = 1024;
+    o->d = 64;
+    o->heads = 4;
+    o->repeat = 3;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage, stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--dry-run")) {
+            o->dry = true;
+            continue;
+        }
+        if (!strcmp(a, "--quick")) {
+            o->quick = true;
+            continue;
+        }
+        if (strcmp(a, "--device") && strcmp(a, "--file") && strcmp(a, "--L") && strcmp(a, "--d") &&
+            strcmp(a, "--heads") && strcmp(a, "--repeat"))
+            return bad_usage("unknown option", a);
+        if (i + 1 >= argc)
+            return bad_usage("missing value for", a);
+        const char *v = argv[++i];
+        if (!strcmp(a, "--device")) {
+            o->device = v;
+            continue;
+        }
+        if (!strcmp(a, "--file")) {
+            o->file = v;
+            continue;
+        }
+        char *end;
+        errno = 0;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (end == v || *end || errno || v[0] == '-' || x == 0 || x > 1000000)
+            return bad_usage("expected a positive integer, got", v);
+        if (!strcmp(a, "--L"))
+            o->L = (size_t)x;
+        else if (!strcmp(a, "--d"))
+            o->d = (size_t)x;
+        else if (!strcmp(a, "--heads"))
+            o->heads = (size_t)x;
+        else
+            o->repeat = (long)x;
+    }
+    return 0;
+}
+
+typedef struct tuner {
+    castle_context *ctx;
+    cl_context clc;
+    cl_command_queue q;
+    castle_attention_desc desc;
+    cl_mem buf[CASTLE_TENSOR_COUNT];
+    const options *opt;
+} tuner;
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median device ms of forward + backward under the context's current tuning; < 0 on failure. */
+static double time_candidate(tuner *tu)
+{
+    size_t ws_bytes = 0;
+    if (castle_forward_workspace_size(tu->ctx, &tu->desc, &ws_bytes))
+        return -1;
+    cl_int err;
+    cl_mem ws = clCreateBuffer(tu->clc, CL_MEM_READ_WRITE, ws_bytes, NULL, &err);
+    if (!ws)
+        return -1;
+    double t[64];
+    double result = -1;
+    cl_mem *b = tu->buf;
+    long r;
+    for (r = -1; r < tu->opt->repeat; ++r) { /* r = -1: warm-up, compiles the kernels */
+        cl_event start = NULL, mid = NULL, end = NULL;
+        if (clEnqueueMarkerWithWaitList(tu->q, 0, NULL, &start) != CL_SUCCESS)
+            break;
+        castle_status st = castle_forward(tu->ctx, &tu->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], ws,
+                                          tu->q, 1, &start, &mid);
+        if (!st)
+            st = castle_backward(tu->ctx, &tu->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], ws, b[8], b[9],
+                                 b[10], b[11], b[12], b[13], b[14], tu->q, 1, &mid, &end);
+        if (st) {
+            clReleaseEvent(start);
+            if (mid)
+                clReleaseEvent(mid);
+            break;
+        }
+        clWaitForEvents(1, &end);
+        cl_ulong t0 = 0, t1 = 0;
+        clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
+        clGetEventProfilingInfo(end, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+        clReleaseEvent(start);
+        clReleaseEvent(mid);
+        clReleaseEvent(end);
+        if (r >= 0)
+            t[r] = (double)(t1 - t0) * 1e-6;
+    }
+    if (r == tu->opt->repeat) {
+        qsort(t, (size_t)r, sizeof(double), cmp_double);
+        result = r % 2 ? t[r / 2] : 0.5 * (t[r / 2 - 1] + t[r / 2]);
+    }
+    clReleaseMemObject(ws);
+    return result;
+}
+
+/* Tries t: returns its time, or -1 when the device rejects it (the reason goes to stderr). */
+static double try_tuning(tuner *tu, const castle_tuning *t)
+{
+    castle_tuning c = *t;
+    if (castle_context_set_tuning(tu->ctx, &c) != CASTLE_SUCCESS) {
+        fprintf(stderr, "  skip block=%u threads=%u dchunk=%u vector=%u: %s\n", t->block, t->threads, t->dchunk,
+                t->vector, castle_last_error());
+        return -1;
+    }
+    const double ms = time_candidate(tu);
+    if (ms < 0)
+        fprintf(stderr, "  fail block=%u threads=%u dchunk=%u vector=%u: %s\n", t->block, t->threads, t->dchunk,
+                t->vector, castle_last_error());
+    else
+        printf("  block=%-2u threads=%-4u dchunk=%-2u vector=%-2u  forward+backward %.3f ms\n", t->block, t->threads,
+               t->dchunk, t->vector, ms);
+    fflush(stdout);
+    return ms;
+}
+
+/* Keeps the faster of *best (time *best_ms) and t. */
+static void consider(tuner *tu, const castle_tuning *t, castle_tuning *best, double *best_ms)
+{
+    const double ms = try_tuning(tu, t);
+    if (ms > 0 && (*best_ms < 0 || ms < *best_ms)) {
+        *best = *t;
+        *best_ms = ms;
+    }
+}
+
+/* Writes (or replaces) this device's line in the tuning file. */
+static int write_entry(const char *path, const char *device, const char *driver, const castle_tuning *t)
+{
+    char *old = NULL;
+    size_t old_len = 0;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        char line[1024];
+        const size_t dn = strlen(device);
+        while (fgets(line, sizeof line, f)) {
+            const bool mine = !strncmp(line, device, dn) && line[dn] == '\t' &&
+                              !strncmp(line + dn + 1, driver, strlen(driver)) && line[dn + 1 + strlen(driver)] == '\t';
+            if (mine)
+                continue;
+            const size_t n = strlen(line);
+            char *grown = realloc(old, old_len + n + 1);
+            if (!grown) {
+                free(old);
+                fclose(f);
+                fprintf(stderr, "castle-tune: out of memory\n");
+                return 1;
+            }
+            old = grown;
+            memcpy(old + old_len, line, n + 1);
+            old_len += n;
+        }
+        fclose(f);
+    }
+    /* create the parent directory (one level) when missing */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        mkdir(dir, 0755);
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(stderr, "castle-tune: cannot write %s: %s\n", tmp, strerror(errno));
+        free(old);
+        return 1;
+    }
+    if (!old_len)
+        fputs("# libcastle tuning file (written by castle-tune): device name, driver version, tuning\n", f);
+    else
+        fputs(old, f);
+    fprintf(f, "%s\t%s\tblock=%u,threads=%u,dchunk=%u,vector=%u,fold=%u\n", device, driver, t->block, t->threads,
+            t->dchunk, t->vector, t->fold);
+    free(old);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        fprintf(stderr, "castle-tune: cannot write %s: %s\n", path, strerror(errno));
+        remove(tmp);
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    options opt;
+    int rc = parse_args(argc, argv, &opt);
+    if (rc)
+        return rc;
+    tuner tu = {0};
+    tu.opt = &opt;
+    if (castle_context_create_default(opt.device, &tu.ctx) != CASTLE_SUCCESS) {
+        fprintf(stderr, "castle-tune: opening the device failed: %s\n", castle_last_error());
+        return 1;
+    }
+    tu.clc = castle_context_cl_context(tu.ctx);
+    tu.q = castle_context_queue(tu.ctx);
+    cl_device_id dev = castle_context_device(tu.ctx);
+    char name[256] = "", driver[256] = "", vendor[256] = "";
+    clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+    clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
+    size_t max_wg = 256;
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL);
+
+    castle_attention_desc_init(&tu.desc, 1, opt.heads, opt.L, opt.d);
+    const size_t n = opt.heads * opt.L * opt.d;
+    float *host = malloc(n * sizeof(float));
+    if (!host) {
+        castle_context_destroy(tu.ctx);
+        return 1;
+    }
+    for (size_t i = 0; i < n; ++i)
+        host[i] = (float)h_value(1, 0, 0, 0, i, 0);
+    cl_int err = CL_SUCCESS;
+    for (int t = 0; t < CASTLE_TENSOR_COUNT && err == CL_SUCCESS; ++t) {
+        const size_t count = t == CASTLE_TENSOR_LSE ? n / opt.d : n;
+        const bool input = t < CASTLE_TENSOR_O || t == CASTLE_TENSOR_DO;
+        tu.buf[t] = clCreateBuffer(tu.clc, CL_MEM_READ_WRITE | (input ? CL_MEM_COPY_HOST_PTR : 0),
+                                   count * sizeof(float), input ? host : NULL, &err);
+    }
+    free(host);
+    if (err != CL_SUCCESS) {
+        fprintf(stderr, "castle-tune: allocating buffers failed (OpenCL %d)\n", (int)err);
+        rc = 1;
+        goto done;
+    }
+
+    castle_tuning best;
+    castle_context_get_tuning(tu.ctx, &best);
+    const castle_tuning start = best;
+    printf("castle-tune: %s (driver %s), B=1 H=%zu L=%zu d=%zu, start: %s\n", name, driver, opt.heads, opt.L, opt.d,
+           castle_context_tuning_name(tu.ctx));
+    double best_ms = -1;
+    consider(&tu, &best, &best, &best_ms);
+    /* stage 1: vector width */
+    static const unsigned vectors[] = {1, 4, 8, 16};
+    for (size_t v = 0; v < 4; ++v) {
+        castle_tuning t = best;
+        t.vector = vectors[v];
+        if (t.vector != best.vector && (!opt.quick || vectors[v] == 4))
+            consider(&tu, &t, &best, &best_ms);
+    }
+    /* stage 2: block x threads */
+    static const unsigned blocks[] = {16, 32, 64};
+    for (size_t bi = 0; bi < 3; ++bi) {
+        const unsigned blk = blocks[bi];
+        if (opt.quick)
+            continue;
+        for (unsigned th = blk; th <= blk * blk && th <= max_wg && th <= 1024; th *= 2) {
+            castle_tuning t = best;
+            t.block = blk;
+            t.threads = th;
+            if ((blk * t.dchunk) % th || t.vector > blk || (t.block == best.block && t.threads == best.threads))
+                continue;
+            consider(&tu, &t, &best, &best_ms);
+        }
+    }
+    /* stage 3: dchunk */
+    static const unsigned chunks[] = {8, 16, 32, 64};
+    for (size_t c = 0; c < 4 && !opt.quick; ++c) {
+        castle_tuning t = best;
+        t.dchunk = chunks[c];
+        if (t.dchunk != best.dchunk && t.dchunk % t.vector == 0 && (t.block * t.dchunk) % t.threads == 0)
+            consider(&tu, &t, &best, &best_ms);
+    }
+    if (best_ms < 0) {
+        fprintf(stderr, "castle-tune: no candidate ran on this device\n");
+        rc = 1;
+        goto done;
+    }
+    printf("best: block=%u threads=%u dchunk=%u vector=%u, forward+backward %.3f ms (start %u/%u/%u/%u)\n", best.block,
+           best.threads, best.dchunk, best.vector, best_ms, start.block, start.threads, start.dchunk, start.vector);
+
+    /* verify the winner against the fp64 reference before anyone loads it */
+    castle_context_set_tuning(tu.ctx, &best);
+    static const h_fwd_case checks[] = {{2, 2, 70, 33, 0, H_BLHD, 1, 0, 5}, {1, 2, 100, 16, 7, H_BHLD, 1, 0, 6}};
+    for (size_t k = 0; k < 2; ++k) {
+        h_fwd_out out;
+        castle_status st = h_run_backward(tu.ctx, tu.q, &checks[k], H_GRAD_EXACT, false, &out);
+        double g = 0;
+        for (int q = 0; q < 6; ++q)
+            g = fmax(g, out.err_grad[q]);
+        if (st || !out.guards_ok || !out.finite || out.err_o > FORWARD_TOL || g > BACKWARD_TOL) {
+            fprintf(stderr, "castle-tune: the winner fails verification (%s; O error %.3g, gradient error %.3g)\n",
+                    st ? castle_last_error() : "wrong result", out.err_o, g);
+            rc = 1;
+            goto done;
+        }
+    }
+    printf("verified against the fp64 reference: forward and gradients within tolerance\n");
+    printf("table entry for host/tuning.c:\n    {\"<name>\", \"%s\", \"%s\", CL_DEVICE_TYPE_ALL, {%u, %u, %u, %u, %u}},\n",
+           vendor, name, best.block, best.threads, best.dchunk, best.vector, best.fold);
+    if (!opt.dry) {
+        char path[4096];
+        if (opt.file)
+            snprintf(path, sizeof path, "%s", opt.file);
+        else if (castle_tuning_file(path, sizeof path) != CASTLE_SUCCESS) {
+            fprintf(stderr, "castle-tune: %s (use --file)\n", castle_last_error());
+            rc = 1;
+            goto done;
+        }
+        if ((rc = write_entry(path, name, driver, &best)) == 0)
+            printf("written to %s\n", path);
+    }
+done:
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
+        if (tu.buf[t])
+            clReleaseMemObject(tu.buf[t]);
+    castle_context_destroy(tu.ctx);
+    return rc;
+}
