@@ -12,8 +12,8 @@
  * stays contiguous in local memory, so a CPU device gets SIMD code without reassociating any sum, and
  * the per-row softmax statistics are elementwise vector operations (no horizontal reductions):
  *   forward      scores transposed (key rows x query vectors) against Q^T, staged once per
- *                work-group (when d <= CC_TROWS); K and V rows are read straight from global memory (each row is read by
- *                the work-items of one key, each V vector by the work-items of one column vector).
+ *                work-group (when d <= CC_TROWS); K and V rows are read straight from global memory
+ *                (each row by the work-items of one key, each V vector by those of one column vector).
  *   backward kv  scores (query rows x key vectors) against K^T, staged once; V^T staged once too
  *                when it fits beside K^T (d <= CC_TROWS / 2) or d <= DT, else per query block in
  *                DT-column chunks; dV, dK by (key row, column vector).
@@ -21,11 +21,12 @@
  *                (query row, column vector).
  * Delta_t = dO_t . O_t is recomputed where it is needed (BLK d work per block pair, no workspace).
  *
- * Decode with a KV cache: castle_causal_append copies the new rows into the cache, then the forward
- * kernel runs with the cache as K, V and the new rows' positions offset by t0 (the cache length).
- * With nsplit > 1 the key range of each query block is split among nsplit work-groups that write
- * unnormalised partials (acc, m, l), and castle_causal_combine merges them (decode of a few tokens
- * at a long context: the parallelism comes from the keys).
+ * Decode with a KV cache: castle_causal_append copies the new rows into the cache; then, for at most
+ * CC_DQ new rows, castle_causal_decode (each work-item streams a contiguous range of keys with its
+ * own online softmax: no blocks, no barriers), else the forward kernel with the cache as K, V and the
+ * new rows' positions offset by t0 (the cache length), its key range split among nsplit work-groups
+ * when one block of new rows leaves the device idle.  Split work leaves unnormalised partials
+ * (acc, m, l) that castle_causal_combine merges.
  *
  * Local memory (floats): BLK (CC_TROWS + DT + 2 BLK + 3) at most (host/tuning.c). */
 
@@ -134,7 +135,8 @@ __attribute__((always_inline)) inline cc_vec cc_dot_t(__global const float *x, _
 
 /* acc + sum_{s < n} w[s * BLK] g[s * gs .. + CC_VK): weights from local memory against vectors of
    global rows (row stride gs); `width` < CC_VK reads only the first width columns of each row. */
-__attribute__((always_inline)) inline cc_vec cc_axpy_rows(cc_vec acc, __local const float *w, __global const float *g, ulong gs, int n, int width)
+__attribute__((always_inline)) inline cc_vec cc_axpy_rows(cc_vec acc, __local const float *w, __global const float *g,
+                                                          ulong gs, int n, int width)
 {
     cc_vec y0 = 0.0f, y1 = 0.0f, y2 = 0.0f, y3 = 0.0f;
     int s = 0;

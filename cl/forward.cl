@@ -61,11 +61,12 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
 
     const int col = lid % BLK, row0 = lid / BLK;
 
-    /* Phase 1: the BLK x BLK x d products, d staged through local memory in chunks of DT; each
-       entry accumulates in VW lanes across all chunks and is summed across lanes at the end. */
-    vfloat a1[EPT], a2[EPT], ag[EPT], ax[EPT];
+    /* Phase 1: the BLK x BLK x d products, d staged through local memory in chunks of DT; within a
+       chunk each entry accumulates in VW lanes, summed into a scalar at the chunk's end (so no vector
+       state lives across the barriers: CPU compilers keep such state in memory per work-item). */
+    float s1[EPT], s2[EPT], gl[EPT], xv[EPT];
     for (int r = 0; r < EPT; ++r)
-        a1[r] = a2[r] = ag[r] = ax[r] = (vfloat)(0.0f);
+        s1[r] = s2[r] = gl[r] = xv[r] = 0.0f;
     __local float *tQC = lm, *tKC = lm + BLK * TS, *tD = lm + 2 * BLK * TS;
     __local float *tQU = lm + 3 * BLK * TS, *tKU = lm + 4 * BLK * TS, *tVU = lm + 5 * BLK * TS;
     for (int c0 = 0; c0 < d; c0 += DT) {
@@ -82,35 +83,15 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int r = 0; r < EPT; ++r) {
             const int rr = row0 + r * RSTEP;
-            for (int c = 0; c < DT; c += VW)
-                a1[r] += VLOAD(tQC + rr * TS + c) * VLOAD(tKC + col * TS + c);
+            s1[r] += ldot(tQC + rr * TS, tKC + col * TS, DT);
+            if (need_d)
+                s2[r] += ldot(tQC + rr * TS, tD + col * TS, DT);
+            if (need_x) /* rows: t in T_i, columns: j' in T_i */
+                xv[r] += ldot(tQC + rr * TS, tVU + col * TS, DT);
+            if (gate) /* rows: s in T_j, columns: j' in T_i */
+                gl[r] += ldot(tQU + rr * TS, tKU + col * TS, DT);
         }
-        if (need_d)
-            for (int r = 0; r < EPT; ++r) {
-                const int rr = row0 + r * RSTEP;
-                for (int c = 0; c < DT; c += VW)
-                    a2[r] += VLOAD(tQC + rr * TS + c) * VLOAD(tD + col * TS + c);
-            }
-        if (gate) /* rows: s in T_j, columns: j' in T_i */
-            for (int r = 0; r < EPT; ++r) {
-                const int rr = row0 + r * RSTEP;
-                for (int c = 0; c < DT; c += VW)
-                    ag[r] += VLOAD(tQU + rr * TS + c) * VLOAD(tKU + col * TS + c);
-            }
-        if (need_x) /* rows: t in T_i, columns: j' in T_i */
-            for (int r = 0; r < EPT; ++r) {
-                const int rr = row0 + r * RSTEP;
-                for (int c = 0; c < DT; c += VW)
-                    ax[r] += VLOAD(tQC + rr * TS + c) * VLOAD(tVU + col * TS + c);
-            }
         barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    float s1[EPT], s2[EPT], gl[EPT], xv[EPT];
-    for (int r = 0; r < EPT; ++r) {
-        s1[r] = vsum(a1[r]);
-        s2[r] = vsum(a2[r]);
-        gl[r] = vsum(ag[r]);
-        xv[r] = vsum(ax[r]);
     }
 
     /* Phase 2: the gate block G[T_j, T_i] and the masked X[T_i, T_i] into local memory. */

@@ -3,21 +3,24 @@
  *
  * forward   one launch: work-group (query block, batch x head).
  * backward  two launches, no atomics: dK, dV per key block, then dQ per query block.
- * decode    the new rows' K, V are appended to the cache, then the forward kernel runs on the new
- *           query rows with the cache as K and V.  A call of at most one block of tokens whose
- *           heads alone would leave the device idle splits each head's key range among several
- *           work-groups (about four per compute unit in all) and merges their partials in a third
- *           launch.
+ * decode    the new rows' K, V are appended to the cache; then up to DECODE_ROWS new rows go to
+ *           castle_causal_decode (one partial per work-item, each streaming a range of keys), more
+ *           to the forward kernel with the cache as K and V.  When the heads alone would leave the
+ *           device idle (fewer than ~4 work-groups per compute unit), a head's keys are split among
+ *           several work-groups; castle_causal_combine merges the partials in a third launch.
  * Launches are ordered by the queue when it is in order, by events between them otherwise. */
 #include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Decode calls of at most DECODE_ROWS new tokens use castle_causal_decode, whose work-items each
-   stream a range of keys (at least MIN_KEYS of them once the range is split among work-groups);
-   longer calls use the block kernel.  The scratch of partials is sized by both (castle__kv_cache_alloc). */
+/* Decode calls of at most DECODE_ROWS new tokens (cl/causal.cl CC_DQ) use castle_causal_decode,
+   whose work-groups have at most DECODE_GROUP work-items (CC_DNT), each streaming a range of keys
+   (at least MIN_KEYS of them once a head's keys are split among work-groups); longer calls use the
+   block kernel.  The scratch of partials is sized for both (castle__kv_cache_alloc); a tuning with
+   larger groups falls back to the block kernel. */
 #define DECODE_ROWS 4
+#define DECODE_GROUP 64
 #define MIN_KEYS 32
 
 /* ---- launch sequence ---------------------------------------------------------------------------- */
@@ -70,8 +73,8 @@ static castle_status launch(launches *ls, castle_context *ctx, cl_kernel kernel,
     const size_t local[2] = {wg, 1}, global[2] = {g0 * wg, g1};
     const bool want = (last && ls->user) || (!last && !ls->in_order);
     cl_event ev = NULL;
-    cl_int err = clEnqueueNDRangeKernel(ls->queue, kernel, 2, NULL, global, local, ls->nwait, ls->wait,
-                                        want ? &ev : NULL);
+    cl_int err =
+        clEnqueueNDRangeKernel(ls->queue, kernel, 2, NULL, global, local, ls->nwait, ls->wait, want ? &ev : NULL);
     if (ls->prev)
         clReleaseEvent(ls->prev);
     ls->prev = NULL;
@@ -110,7 +113,7 @@ static void arg(args *a, size_t size, const void *value)
 }
 #define ARG(a, v) arg(a, sizeof(v), &(v))
 
-/* A tensor's buffer and strides, or a buffer with packed (B, H, rows, d) strides. */
+/* A tensor's buffer and its strides. */
 static void arg_tensor(args *a, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT], castle_tensor t)
 {
     ARG(a, bufs[t]);
@@ -135,7 +138,7 @@ static castle_status forward_args(castle_context *ctx, const castle_problem *p, 
     const cl_int n = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H;
     const cl_int want_lse = bufs[CASTLE_TENSOR_LSE] != NULL;
     const cl_mem o = bufs[CASTLE_TENSOR_O], lse = want_lse ? bufs[CASTLE_TENSOR_LSE] : o; /* lse: unused then */
-    const cl_mem part_arg = part ? part : o;                                                 /* unused when nsplit = 1 */
+    const cl_mem part_arg = part ? part : o;                                              /* unused when nsplit = 1 */
     args a = {*kernel, 0, CL_SUCCESS};
     ARG(&a, n);
     ARG(&a, t0);
@@ -158,8 +161,9 @@ static castle_status forward_args(castle_context *ctx, const castle_problem *p, 
 
 /* ---- forward and backward ----------------------------------------------------------------------- */
 
-castle_status castle__causal_forward(castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
-                                     cl_command_queue queue, cl_uint nwait, const cl_event *wait, cl_event *event)
+castle_status castle__causal_forward(castle_context *ctx, const castle_problem *p,
+                                     const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
+                                     const cl_event *wait, cl_event *event)
 {
     cl_kernel kernel;
     castle_status st = forward_args(ctx, p, bufs, 0, bufs[CASTLE_TENSOR_KC], bufs[CASTLE_TENSOR_VC],
@@ -176,7 +180,7 @@ castle_status castle__causal_backward(castle_context *ctx, const castle_problem 
                                       const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
                                       const cl_event *wait, cl_event *event)
 {
-    static const castle_tensor inputs[] = {CASTLE_TENSOR_QC, CASTLE_TENSOR_KC, CASTLE_TENSOR_VC,
+    static const castle_tensor inputs[] = {CASTLE_TENSOR_QC, CASTLE_TENSOR_KC,  CASTLE_TENSOR_VC,
                                            CASTLE_TENSOR_O,  CASTLE_TENSOR_LSE, CASTLE_TENSOR_DO};
     static const char *const names[2] = {"castle_causal_backward_kv", "castle_causal_backward_q"};
     const cl_int L = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H;
@@ -247,8 +251,8 @@ castle_status castle__kv_cache_alloc(castle_context *ctx, const castle_problem *
     c->cap = p->L;
     /* castle__check_desc bounded B H cap d (each tensor's extent fits in bytes), so these fit. */
     const size_t kv_bytes = p->B * p->H * p->L * p->d * sizeof(float);
-    /* Partials per new row: a work-group's worth, or one per MIN_KEYS cached keys when split. */
-    const size_t per_row = ctx->tuning.threads > p->L / MIN_KEYS ? ctx->tuning.threads : p->L / MIN_KEYS;
+    /* Partials per new row: a decode work-group's worth, or one per MIN_KEYS cached keys when split. */
+    const size_t per_row = DECODE_GROUP > p->L / MIN_KEYS ? DECODE_GROUP : p->L / MIN_KEYS;
     c->part_floats = p->B * p->H * DECODE_ROWS * per_row * (p->d + 2);
     cl_int err = CL_SUCCESS;
     c->k = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, kv_bytes, NULL, &err);
@@ -258,8 +262,9 @@ castle_status castle__kv_cache_alloc(castle_context *ctx, const castle_problem *
         c->part = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, c->part_floats * sizeof(float), NULL, &err);
     if (err != CL_SUCCESS) {
         castle__kv_cache_free(c);
-        return castle__fail((castle_status)err, "clCreateBuffer failed allocating a KV cache of %zu tokens x %zu heads x %zu batch",
-                            p->L, p->H, p->B);
+        return castle__fail((castle_status)err,
+                            "clCreateBuffer failed allocating a KV cache of %zu tokens x %zu heads x %zu batch", p->L,
+                            p->H, p->B);
     }
     c->bytes = 2 * kv_bytes + c->part_floats * sizeof(float);
     *out = c;

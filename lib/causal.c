@@ -3,10 +3,12 @@
 #include "internal.h"
 
 #define BIT(t) (1u << (t))
-#define FORWARD_TENSORS (BIT(CASTLE_TENSOR_QC) | BIT(CASTLE_TENSOR_KC) | BIT(CASTLE_TENSOR_VC) | BIT(CASTLE_TENSOR_O))
-#define BACKWARD_TENSORS                                                                                    \
-    (FORWARD_TENSORS | BIT(CASTLE_TENSOR_LSE) | BIT(CASTLE_TENSOR_DO) | BIT(CASTLE_TENSOR_DQC) |             \
-     BIT(CASTLE_TENSOR_DKC) | BIT(CASTLE_TENSOR_DVC))
+/* q, k, v, o: every call; lse: required by the forward and backward passes, optional in prefill and
+   decode. */
+#define QKVO (BIT(CASTLE_TENSOR_QC) | BIT(CASTLE_TENSOR_KC) | BIT(CASTLE_TENSOR_VC) | BIT(CASTLE_TENSOR_O))
+#define LSE BIT(CASTLE_TENSOR_LSE)
+#define BACKWARD_TENSORS                                                                                               \
+    (QKVO | LSE | BIT(CASTLE_TENSOR_DO) | BIT(CASTLE_TENSOR_DQC) | BIT(CASTLE_TENSOR_DKC) | BIT(CASTLE_TENSOR_DVC))
 
 castle_status castle_causal_forward(castle_context *ctx, const castle_attention_desc *desc, cl_mem q, cl_mem k,
                                     cl_mem v, cl_mem o, cl_mem lse, cl_command_queue queue, cl_uint num_wait_events,
@@ -17,9 +19,12 @@ castle_status castle_causal_forward(castle_context *ctx, const castle_attention_
     castle_status st = castle__check_desc(ctx, desc, &p);
     if (st != CASTLE_SUCCESS)
         return st;
-    const cl_mem bufs[CASTLE_TENSOR_COUNT] = {[CASTLE_TENSOR_QC] = q, [CASTLE_TENSOR_KC] = k, [CASTLE_TENSOR_VC] = v,
-                                              [CASTLE_TENSOR_O] = o, [CASTLE_TENSOR_LSE] = lse};
-    if ((st = castle__check_tensors(ctx, &p, bufs, FORWARD_TENSORS | BIT(CASTLE_TENSOR_LSE))) ||
+    const cl_mem bufs[CASTLE_TENSOR_COUNT] = {[CASTLE_TENSOR_QC] = q,
+                                              [CASTLE_TENSOR_KC] = k,
+                                              [CASTLE_TENSOR_VC] = v,
+                                              [CASTLE_TENSOR_O] = o,
+                                              [CASTLE_TENSOR_LSE] = lse};
+    if ((st = castle__check_tensors(ctx, &p, bufs, QKVO | LSE)) ||
         (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
         return st;
     return castle__causal_forward(ctx, &p, bufs, queue, num_wait_events, wait_events, event);
@@ -35,11 +40,10 @@ castle_status castle_causal_backward(castle_context *ctx, const castle_attention
     castle_status st = castle__check_desc(ctx, desc, &p);
     if (st != CASTLE_SUCCESS)
         return st;
-    const cl_mem bufs[CASTLE_TENSOR_COUNT] = {[CASTLE_TENSOR_QC] = q,   [CASTLE_TENSOR_KC] = k,
-                                              [CASTLE_TENSOR_VC] = v,   [CASTLE_TENSOR_O] = o,
-                                              [CASTLE_TENSOR_LSE] = lse, [CASTLE_TENSOR_DO] = d_o,
-                                              [CASTLE_TENSOR_DQC] = dq, [CASTLE_TENSOR_DKC] = dk,
-                                              [CASTLE_TENSOR_DVC] = dv};
+    const cl_mem bufs[CASTLE_TENSOR_COUNT] = {
+        [CASTLE_TENSOR_QC] = q,   [CASTLE_TENSOR_KC] = k,    [CASTLE_TENSOR_VC] = v,
+        [CASTLE_TENSOR_O] = o,    [CASTLE_TENSOR_LSE] = lse, [CASTLE_TENSOR_DO] = d_o,
+        [CASTLE_TENSOR_DQC] = dq, [CASTLE_TENSOR_DKC] = dk,  [CASTLE_TENSOR_DVC] = dv};
     if ((st = castle__check_tensors(ctx, &p, bufs, BACKWARD_TENSORS)) ||
         (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
         return st;
@@ -90,20 +94,28 @@ castle_status castle_kv_cache_length(const castle_kv_cache *cache, size_t *lengt
     return CASTLE_SUCCESS;
 }
 
-/* Checks of a prefill (the cache must be empty) or decode, then the capacity; fills p (lse optional). */
-static castle_status check_append(castle_context *ctx, const castle_kv_cache *cache, const castle_attention_desc *desc,
-                                  castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue,
-                                  cl_uint nwait, const cl_event *wait, bool prefill, const char *fn)
+/* castle_causal_prefill (prefill: the cache must be empty) and castle_causal_decode: the checks, then
+   the capacity (nothing is enqueued past it), then host/causal.c.  lse is optional. */
+static castle_status append(castle_context *ctx, castle_kv_cache *cache, const castle_attention_desc *desc, cl_mem q,
+                            cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_command_queue queue, cl_uint nwait,
+                            const cl_event *wait, cl_event *event, bool prefill, const char *fn)
 {
-    castle_status st = castle__check_desc(ctx, desc, p);
+    castle__clear_error();
+    castle_problem p;
+    castle_status st = castle__check_desc(ctx, desc, &p);
     if (st != CASTLE_SUCCESS)
         return st;
     if (!cache)
         return castle__fail(CASTLE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
     if (cache->ctx != ctx)
         return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s: the cache belongs to another castle_context", fn);
-    const unsigned used = FORWARD_TENSORS | (bufs[CASTLE_TENSOR_LSE] ? BIT(CASTLE_TENSOR_LSE) : 0u);
-    if ((st = castle__check_kv_cache_desc(cache, p)) || (st = castle__check_tensors(ctx, p, bufs, used)) ||
+    const cl_mem bufs[CASTLE_TENSOR_COUNT] = {[CASTLE_TENSOR_QC] = q,
+                                              [CASTLE_TENSOR_KC] = k,
+                                              [CASTLE_TENSOR_VC] = v,
+                                              [CASTLE_TENSOR_O] = o,
+                                              [CASTLE_TENSOR_LSE] = lse};
+    if ((st = castle__check_kv_cache_desc(cache, &p)) ||
+        (st = castle__check_tensors(ctx, &p, bufs, QKVO | (lse ? LSE : 0u))) ||
         (st = castle__check_queue(ctx, queue, nwait, wait)))
         return st;
     if (prefill && cache->len > 0)
@@ -111,38 +123,24 @@ static castle_status check_append(castle_context *ctx, const castle_kv_cache *ca
                             "%s: the KV cache already holds %zu tokens; castle_kv_cache_reset it first (or append "
                             "with castle_causal_decode)",
                             fn, cache->len);
-    if (p->L > cache->cap - cache->len) /* nothing enqueued, the cache stays as it is */
+    if (p.L > cache->cap - cache->len)
         return castle__fail(CASTLE_ERR_CACHE_FULL, "%s: appending %zu tokens to %zu exceeds the KV cache capacity %zu",
-                            fn, p->L, cache->len, cache->cap);
-    return CASTLE_SUCCESS;
+                            fn, p.L, cache->len, cache->cap);
+    return castle__causal_decode(ctx, cache, &p, bufs, queue, nwait, wait, event);
 }
 
 castle_status castle_causal_prefill(castle_context *ctx, castle_kv_cache *cache, const castle_attention_desc *desc,
                                     cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_command_queue queue,
                                     cl_uint num_wait_events, const cl_event *wait_events, cl_event *event)
 {
-    castle__clear_error();
-    castle_problem p;
-    const cl_mem bufs[CASTLE_TENSOR_COUNT] = {[CASTLE_TENSOR_QC] = q, [CASTLE_TENSOR_KC] = k, [CASTLE_TENSOR_VC] = v,
-                                              [CASTLE_TENSOR_O] = o, [CASTLE_TENSOR_LSE] = lse};
-    castle_status st =
-        check_append(ctx, cache, desc, &p, bufs, queue, num_wait_events, wait_events, true, "castle_causal_prefill");
-    if (st != CASTLE_SUCCESS)
-        return st;
-    return castle__causal_decode(ctx, cache, &p, bufs, queue, num_wait_events, wait_events, event);
+    return append(ctx, cache, desc, q, k, v, o, lse, queue, num_wait_events, wait_events, event, true,
+                  "castle_causal_prefill");
 }
 
 castle_status castle_causal_decode(castle_context *ctx, castle_kv_cache *cache, const castle_attention_desc *desc,
                                    cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_command_queue queue,
                                    cl_uint num_wait_events, const cl_event *wait_events, cl_event *event)
 {
-    castle__clear_error();
-    castle_problem p;
-    const cl_mem bufs[CASTLE_TENSOR_COUNT] = {[CASTLE_TENSOR_QC] = q, [CASTLE_TENSOR_KC] = k, [CASTLE_TENSOR_VC] = v,
-                                              [CASTLE_TENSOR_O] = o, [CASTLE_TENSOR_LSE] = lse};
-    castle_status st =
-        check_append(ctx, cache, desc, &p, bufs, queue, num_wait_events, wait_events, false, "castle_causal_decode");
-    if (st != CASTLE_SUCCESS)
-        return st;
-    return castle__causal_decode(ctx, cache, &p, bufs, queue, num_wait_events, wait_events, event);
+    return append(ctx, cache, desc, q, k, v, o, lse, queue, num_wait_events, wait_events, event, false,
+                  "castle_causal_decode");
 }

@@ -49,8 +49,8 @@ int ref_causal_forward(int L, int d, double sc, const double *q, const double *k
     return 0;
 }
 
-int ref_causal_backward(int L, int d, double sc, const double *q, const double *k, const double *v,
-                        const double *dout, double *dq, double *dk, double *dv)
+int ref_causal_backward(int L, int d, double sc, const double *q, const double *k, const double *v, const double *dout,
+                        double *dq, double *dk, double *dv)
 {
     if (L < 0 || d < 0 || (L > 0 && (!q || !k || !v || !dout || !dq || !dk || !dv)))
         return -1;

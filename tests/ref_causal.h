@@ -19,8 +19,8 @@ int ref_causal_forward(int L, int d, double sc, const double *q, const double *k
 /* Gradients of the loss sum_{t,c} dout[t,c] o[t,c] with respect to q, k, v (L x d each, overwritten),
  * derived analytically: P = softmax rows, dP = dout V^T, dS = P (dP - rowsum(dout * o)),
  * dq = sc dS K, dk = sc dS^T Q, dv = P^T dout.  O(L^2 d). */
-int ref_causal_backward(int L, int d, double sc, const double *q, const double *k, const double *v,
-                        const double *dout, double *dq, double *dk, double *dv);
+int ref_causal_backward(int L, int d, double sc, const double *q, const double *k, const double *v, const double *dout,
+                        double *dq, double *dk, double *dv);
 
 #ifdef __cplusplus
 }

@@ -23,8 +23,11 @@
 #include <string.h>
 
 #define BIT(t) (1u << (t))
-#define FWD_SET (BIT(CASTLE_TENSOR_QC) | BIT(CASTLE_TENSOR_KC) | BIT(CASTLE_TENSOR_VC) | BIT(CASTLE_TENSOR_O) | BIT(CASTLE_TENSOR_LSE))
-#define BWD_SET (FWD_SET | BIT(CASTLE_TENSOR_DO) | BIT(CASTLE_TENSOR_DQC) | BIT(CASTLE_TENSOR_DKC) | BIT(CASTLE_TENSOR_DVC))
+#define FWD_SET                                                                                                        \
+    (BIT(CASTLE_TENSOR_QC) | BIT(CASTLE_TENSOR_KC) | BIT(CASTLE_TENSOR_VC) | BIT(CASTLE_TENSOR_O) |                    \
+     BIT(CASTLE_TENSOR_LSE))
+#define BWD_SET                                                                                                        \
+    (FWD_SET | BIT(CASTLE_TENSOR_DO) | BIT(CASTLE_TENSOR_DQC) | BIT(CASTLE_TENSOR_DKC) | BIT(CASTLE_TENSOR_DVC))
 #define INPUTS (BIT(CASTLE_TENSOR_QC) | BIT(CASTLE_TENSOR_KC) | BIT(CASTLE_TENSOR_VC) | BIT(CASTLE_TENSOR_DO))
 
 typedef struct cz_case {
@@ -84,7 +87,7 @@ static void io_make(io *x, const cz_case *c, size_t row0, size_t rows, unsigned 
         x->used[t] = calloc(span, sizeof(bool));
         ck_assert(x->host[t] && x->used[t]);
         ck_assert(h_guarded_create(castle_context_cl_context(ctx()), castle_context_device(ctx()), &x->g[t], span));
-        ck_assert(h_guarded_write(q, &x->g[t], NULL));           /* all sentinel */
+        ck_assert(h_guarded_write(q, &x->g[t], NULL));            /* all sentinel */
         ck_assert(h_guarded_read(q, &x->g[t], x->host[t], NULL)); /* the sentinel, for the gaps */
         for (size_t b = 0; b < c->B; ++b)
             for (size_t h = 0; h < c->H; ++h)
@@ -286,6 +289,7 @@ END_TEST
 
 /* Every L meets several d and every d several L; both layouts for each L; B, H > 1 throughout.
    The default block is 32: 63, 64, 65 sit on a block edge, 257 and 1000 end in ragged blocks. */
+/* clang-format off */
 static const cz_case fwd_shapes[] = {
     /* B  H  L     d    layout    mag scale seed */
     {2, 3, 1, 1, H_BHLD, 1, 0, 1},
@@ -308,6 +312,7 @@ static const cz_case fwd_shapes[] = {
     {2, 2, 1000, 256, H_BLHD, 1, 0, 18},
     {2, 2, 100, 64, H_BHLD, 1, 0.3f, 19}, /* explicit scale */
 };
+/* clang-format on */
 #define NFWD ((int)(sizeof fwd_shapes / sizeof fwd_shapes[0]))
 
 /* castle_causal_forward of case c: outputs (logical) in *o, *lse; guards and inputs checked. */
@@ -352,10 +357,12 @@ END_TEST
 /* Inputs of magnitude 10-20: scores in the hundreds to thousands; the online softmax must not overflow. */
 START_TEST(test_forward_large)
 {
+    /* clang-format off */
     static const cz_case big[] = {
         {2, 2, 130, 64, H_BHLD, 10, 0, 31},
         {2, 2, 257, 128, H_BLHD, 20, 0, 32},
     };
+    /* clang-format on */
     check_forward(&big[_i], CAUSAL_LARGE_TOL);
 }
 END_TEST
@@ -378,6 +385,7 @@ END_TEST
 
 /* ---- backward ---------------------------------------------------------------------------------- */
 
+/* clang-format off */
 static const cz_case bwd_shapes[] = {
     /* B  H  L     d    layout    mag scale seed */
     {2, 2, 1, 16, H_BHLD, 1, 0, 51},
@@ -393,6 +401,7 @@ static const cz_case bwd_shapes[] = {
     {2, 2, 1000, 33, H_BLHD, 1, 0, 61},
     {2, 2, 100, 128, H_BHLD, 1, 0.3f, 62}, /* explicit scale */
 };
+/* clang-format on */
 #define NBWD ((int)(sizeof bwd_shapes / sizeof bwd_shapes[0]))
 
 /* Forward then backward of case c on queue q; gradients (logical) in g[0..2] = dq, dk, dv. */
@@ -436,7 +445,11 @@ START_TEST(test_backward_shapes)
     verbose("backward", c, "err_dq=%.3g err_dk=%.3g err_dv=%.3g", e[0], e[1], e[2]);
     for (int i = 0; i < 3; ++i) {
         ck_assert_msg(e[i] <= CAUSAL_GRAD_TOL, "L=%zu d=%zu layout=%d: error of %s %.3g > %.3g", c->L, c->d,
-                      (int)c->layout, i == 0 ? "dq" : i == 1 ? "dk" : "dv", e[i], CAUSAL_GRAD_TOL);
+                      (int)c->layout,
+                      i == 0   ? "dq"
+                      : i == 1 ? "dk"
+                               : "dv",
+                      e[i], CAUSAL_GRAD_TOL);
         free(g[i]);
         free(r[i]);
     }
@@ -484,6 +497,7 @@ typedef struct dec_case {
     bool with_lse;
 } dec_case;
 
+/* clang-format off */
 static const dec_case dec_cases[] = {
     /*  B  H  L     d    layout    mag scale seed    P    chunk lse */
     {{2, 2, 65, 16, H_BHLD, 1, 0, 81}, 33, 1, true},
@@ -495,6 +509,7 @@ static const dec_case dec_cases[] = {
     {{2, 2, 40, 64, H_BHLD, 1, 0, 87}, 0, 1, true},      /* from an empty cache */
     {{2, 2, 257, 16, H_BLHD, 1, 0.3f, 88}, 256, 1, true},
 };
+/* clang-format on */
 #define NDEC ((int)(sizeof dec_cases / sizeof dec_cases[0]))
 
 /* Runs prefill (P > 0) and decode calls of `chunk` tokens over the whole sequence on cache kc
@@ -514,10 +529,9 @@ static void run_decode(const dec_case *dc, castle_kv_cache *kc, cl_command_queue
         io x;
         io_make(&x, c, pos, n, set);
         cl_event ev = NULL;
-        castle_status st =
-            (prefill ? castle_causal_prefill : castle_causal_decode)(
-                ctx(), kc, &x.desc, buf(&x, CASTLE_TENSOR_QC), buf(&x, CASTLE_TENSOR_KC), buf(&x, CASTLE_TENSOR_VC),
-                buf(&x, CASTLE_TENSOR_O), buf(&x, CASTLE_TENSOR_LSE), q, prev ? 1 : 0, prev ? &prev : NULL, &ev);
+        castle_status st = (prefill ? castle_causal_prefill : castle_causal_decode)(
+            ctx(), kc, &x.desc, buf(&x, CASTLE_TENSOR_QC), buf(&x, CASTLE_TENSOR_KC), buf(&x, CASTLE_TENSOR_VC),
+            buf(&x, CASTLE_TENSOR_O), buf(&x, CASTLE_TENSOR_LSE), q, prev ? 1 : 0, prev ? &prev : NULL, &ev);
         ck_assert_msg(st == CASTLE_SUCCESS, "%s at %zu: %s", prefill ? "prefill" : "decode", pos, castle_last_error());
         if (prev)
             clReleaseEvent(prev);
@@ -562,11 +576,12 @@ static void check_decode(const dec_case *dc, size_t extra_capacity)
     const double ef = rel_err_f(o, fo, n), er = rel_err(o, ro, n, 1.0);
     const double lf = lse ? rel_err_f(lse, fl, nl) : 0, lr = lse ? rel_err(lse, rl, nl, 1.0) : 0;
     verbose("decode", c, "vs forward: o %.3g lse %.3g; vs reference: o %.3g", ef, lf, er);
-    ck_assert_msg(ef <= CAUSAL_TOL && lf <= CAUSAL_TOL, "L=%zu d=%zu P=%zu chunk=%zu: against the forward o %.3g lse %.3g",
-                  c->L, c->d, dc->P, dc->chunk, ef, lf);
+    ck_assert_msg(ef <= CAUSAL_TOL && lf <= CAUSAL_TOL,
+                  "L=%zu d=%zu P=%zu chunk=%zu: against the forward o %.3g lse %.3g", c->L, c->d, dc->P, dc->chunk, ef,
+                  lf);
     ck_assert_msg(er <= CAUSAL_TOL && lr <= CAUSAL_TOL,
-                  "L=%zu d=%zu P=%zu chunk=%zu: against the reference o %.3g lse %.3g", c->L, c->d, dc->P, dc->chunk, er,
-                  lr);
+                  "L=%zu d=%zu P=%zu chunk=%zu: against the reference o %.3g lse %.3g", c->L, c->d, dc->P, dc->chunk,
+                  er, lr);
     free(o);
     free(lse);
     free(fo);
@@ -663,7 +678,8 @@ START_TEST(test_cache_api)
     const cl_mem o = buf(&x, CASTLE_TENSOR_O), lse = buf(&x, CASTLE_TENSOR_LSE);
     cl_command_queue qu = h_queue();
     ck_assert(castle_causal_prefill(ctx(), kc, &x.desc, q, k, v, o, lse, qu, 0, NULL, NULL) == CASTLE_SUCCESS);
-    ck_assert(castle_causal_prefill(ctx(), kc, &x.desc, q, k, v, o, lse, qu, 0, NULL, NULL) == CASTLE_ERR_CACHE_NOT_EMPTY);
+    ck_assert(castle_causal_prefill(ctx(), kc, &x.desc, q, k, v, o, lse, qu, 0, NULL, NULL) ==
+              CASTLE_ERR_CACHE_NOT_EMPTY);
     /* 12 cached + 12 > 20: refused, nothing enqueued, the length unchanged */
     ck_assert(castle_causal_decode(ctx(), kc, &x.desc, q, k, v, o, lse, qu, 0, NULL, NULL) == CASTLE_ERR_CACHE_FULL);
     ck_assert(castle_kv_cache_length(kc, &len) == CASTLE_SUCCESS && len == dc.P);
@@ -673,9 +689,12 @@ START_TEST(test_cache_api)
     bad = x.desc;
     bad.head_dim = 8;
     ck_assert(castle_causal_decode(ctx(), kc, &bad, q, k, v, o, lse, qu, 0, NULL, NULL) == CASTLE_ERR_SHAPE_MISMATCH);
-    ck_assert(castle_causal_decode(ctx(), NULL, &x.desc, q, k, v, o, lse, qu, 0, NULL, NULL) == CASTLE_ERR_NULL_POINTER);
-    ck_assert(castle_causal_decode(ctx(), kc, &x.desc, q, k, v, NULL, lse, qu, 0, NULL, NULL) == CASTLE_ERR_NULL_BUFFER);
-    ck_assert(castle_causal_decode(ctx(), kc, &x.desc, q, k, v, q, lse, qu, 0, NULL, NULL) == CASTLE_ERR_INVALID_ARGUMENT);
+    ck_assert(castle_causal_decode(ctx(), NULL, &x.desc, q, k, v, o, lse, qu, 0, NULL, NULL) ==
+              CASTLE_ERR_NULL_POINTER);
+    ck_assert(castle_causal_decode(ctx(), kc, &x.desc, q, k, v, NULL, lse, qu, 0, NULL, NULL) ==
+              CASTLE_ERR_NULL_BUFFER);
+    ck_assert(castle_causal_decode(ctx(), kc, &x.desc, q, k, v, q, lse, qu, 0, NULL, NULL) ==
+              CASTLE_ERR_INVALID_ARGUMENT);
     ck_assert(castle_causal_decode(ctx(), kc, &x.desc, q, k, v, o, lse, NULL, 0, NULL, NULL) == CASTLE_ERR_NULL_QUEUE);
     ck_assert(castle_kv_cache_length(kc, &len) == CASTLE_SUCCESS && len == dc.P);
     /* reset: the same prompt again gives the same outputs */
@@ -703,10 +722,11 @@ START_TEST(test_argument_errors)
         b[t] = buf(&x, t);
     cl_command_queue q = h_queue();
     castle_context *cx = ctx();
-#define FWD(desc, lse) \
-    castle_causal_forward(cx, desc, b[CASTLE_TENSOR_QC], b[CASTLE_TENSOR_KC], b[CASTLE_TENSOR_VC], b[CASTLE_TENSOR_O], lse, q, 0, NULL, NULL)
+#define FWD(desc, lse)                                                                                                 \
+    castle_causal_forward(cx, desc, b[CASTLE_TENSOR_QC], b[CASTLE_TENSOR_KC], b[CASTLE_TENSOR_VC], b[CASTLE_TENSOR_O], \
+                          lse, q, 0, NULL, NULL)
     ck_assert(FWD(NULL, b[CASTLE_TENSOR_LSE]) == CASTLE_ERR_NULL_POINTER);
-    ck_assert(FWD(&x.desc, NULL) == CASTLE_ERR_NULL_BUFFER); /* lse is required */
+    ck_assert(FWD(&x.desc, NULL) == CASTLE_ERR_NULL_BUFFER);                     /* lse is required */
     ck_assert(FWD(&x.desc, b[CASTLE_TENSOR_QC]) == CASTLE_ERR_INVALID_ARGUMENT); /* an output on an input */
     castle_attention_desc bad = x.desc;
     bad.head_dim = CASTLE_MAX_HEAD_DIM + 1;
@@ -714,12 +734,15 @@ START_TEST(test_argument_errors)
     bad = x.desc;
     bad.seq_len = c.L + 1; /* the buffers are one row short */
     ck_assert(FWD(&bad, b[CASTLE_TENSOR_LSE]) == CASTLE_ERR_BUFFER_TOO_SMALL);
-    ck_assert(castle_causal_forward(NULL, &x.desc, b[3], b[4], b[5], b[6], b[7], q, 0, NULL, NULL) == CASTLE_ERR_NULL_CONTEXT);
-    ck_assert(castle_causal_forward(cx, &x.desc, b[3], b[4], b[5], b[6], b[7], q, 1, NULL, NULL) == CASTLE_ERR_WAIT_LIST);
+    ck_assert(castle_causal_forward(NULL, &x.desc, b[3], b[4], b[5], b[6], b[7], q, 0, NULL, NULL) ==
+              CASTLE_ERR_NULL_CONTEXT);
+    ck_assert(castle_causal_forward(cx, &x.desc, b[3], b[4], b[5], b[6], b[7], q, 1, NULL, NULL) ==
+              CASTLE_ERR_WAIT_LIST);
 #undef FWD
-#define BWD(dq, dk, dv)                                                                                           \
-    castle_causal_backward(cx, &x.desc, b[CASTLE_TENSOR_QC], b[CASTLE_TENSOR_KC], b[CASTLE_TENSOR_VC],       \
-                           b[CASTLE_TENSOR_O], b[CASTLE_TENSOR_LSE], b[CASTLE_TENSOR_DO], dq, dk, dv, q, 0, NULL, NULL)
+#define BWD(dq, dk, dv)                                                                                                \
+    castle_causal_backward(cx, &x.desc, b[CASTLE_TENSOR_QC], b[CASTLE_TENSOR_KC], b[CASTLE_TENSOR_VC],                 \
+                           b[CASTLE_TENSOR_O], b[CASTLE_TENSOR_LSE], b[CASTLE_TENSOR_DO], dq, dk, dv, q, 0, NULL,      \
+                           NULL)
     ck_assert(BWD(b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DKC], NULL) == CASTLE_ERR_NULL_BUFFER);
     ck_assert(BWD(b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DVC]) == CASTLE_ERR_INVALID_ARGUMENT);
     ck_assert(BWD(b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DKC], b[CASTLE_TENSOR_DO]) == CASTLE_ERR_INVALID_ARGUMENT);

@@ -342,10 +342,10 @@ CASTLE_API castle_status castle_causal_prefill(castle_context *ctx, castle_kv_ca
                                                cl_event *event);
 /* Appends n = desc->seq_len >= 1 tokens (rows 0..n-1 of q, k, v, at positions length..length+n-1)
    and writes their outputs o (and lse, unless NULL) in rows 0..n-1: each new token attends to the
-   cache and to the new tokens up to itself.  Two launches (append, attention), three when a short
-   call splits the cache's keys among several work-groups; no host round trip, no allocation.  Past
-   the capacity: CASTLE_ERR_CACHE_FULL, nothing enqueued, the cache unchanged.  Works on an empty
-   cache too. */
+   cache and to the new tokens up to itself.  Two or three launches (append, attention, and the merge
+   of partials when the cache's keys are split among work-groups); no host round trip, no
+   allocation.  Past the capacity: CASTLE_ERR_CACHE_FULL, nothing enqueued, the cache unchanged.
+   Works on an empty cache too. */
 CASTLE_API castle_status castle_causal_decode(castle_context *ctx, castle_kv_cache *cache,
                                               const castle_attention_desc *desc, cl_mem q, cl_mem k, cl_mem v,
                                               cl_mem o, cl_mem lse, cl_command_queue queue,

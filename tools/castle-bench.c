@@ -1,0 +1,553 @@
+/* castle-bench: device-time benchmark of libcastle's operations on one OpenCL device.
+ *
+ * One warm-up, then the median of --repeat runs; each run is timed from a marker enqueued before it
+ * to the end of its last launch (OpenCL profiling events), so host work and other processes' CPU
+ * time do not count, but launch gaps on the device do.  One line per measurement:
+ *   op=forward impl=castle B=1 H=8 L=2048 d=64 W=0 median_ms=... gflops=...
+ * Nominal FLOPs per batch entry and head (SPEC section 6): causal forward 2 d L^2, CASTLE forward
+ * 5 d L^2 (CASTLE-SWL is charged the same, so its GFLOP/s reads as CASTLE-equivalent work per second),
+ * backward 2.5x the forward, prefill as the forward; decode of the token at position t: 4 d t
+ * (causal) and 10 d t (CASTLE), per token.  op=gemm impl=clblast: CLBlast SGEMM n x n x n, 2 n^3. */
+#define _POSIX_C_SOURCE 200809L
+#include "castle/castle.h"
+
+#include <clblast_c.h>
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: castle-bench [options]\n"
+    "\n"
+    "Times forward, backward, prefill and decode for CASTLE, CASTLE-SWL and standard causal attention\n"
+    "on one OpenCL device, and CLBlast SGEMM as the device's practical matrix rate.\n"
+    "\n"
+    "options:\n"
+    "  --device P:D       OpenCL platform:device or flat index (default: $CASTLE_DEVICE, else 0:0)\n"
+    "  --ops LIST         comma list of forward,backward,prefill,decode (default: all)\n"
+    "  --impls LIST       comma list of castle,swl,causal (default: all)\n"
+    "  --L LIST           sequence lengths (default: 512,1024,2048,4096,8192)\n"
+    "  --t LIST           decode positions (cache lengths) for op=decode (default: the --L list)\n"
+    "  --d N              head dim (default 64)\n"
+    "  --batch N          batch entries (default 1)\n"
+    "  --heads N          heads (default 8)\n"
+    "  --window W         CASTLE-SWL window (default 512)\n"
+    "  --repeat N         timed runs per measurement, median reported (default 5)\n"
+    "  --gemm N           CLBlast SGEMM size (default 1024; 0 skips it)\n"
+    "  --json             print the measurements as one JSON array instead of lines\n"
+    "  -h, --help         this text\n"
+    "\n"
+    "Lines look like: op=forward impl=castle B=1 H=8 L=2048 d=64 W=0 median_ms=12.345 gflops=67.8\n"
+    "exit status: 0 success, 1 library or device failure, 2 bad usage\n";
+
+enum { OP_FORWARD, OP_BACKWARD, OP_PREFILL, OP_DECODE, NOPS };
+enum { IMPL_CASTLE, IMPL_SWL, IMPL_CAUSAL, NIMPLS };
+static const char *const op_names[NOPS] = {"forward", "backward", "prefill", "decode"};
+static const char *const impl_names[NIMPLS] = {"castle", "swl", "causal"};
+
+typedef struct options {
+    const char *device;
+    bool ops[NOPS], impls[NIMPLS];
+    size_t L[32], t[32];
+    int nL, nt;
+    size_t d, batch, heads, gemm;
+    long window, repeat;
+    bool json;
+} options;
+
+static int fail_usage(const char *msg, const char *arg)
+{
+    fprintf(stderr, "castle-bench: %s '%s'\n(run castle-bench --help for usage)\n", msg, arg);
+    return 2;
+}
+
+static bool parse_size(const char *s, size_t *v)
+{
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (end == s || *end || errno || s[0] == '-')
+        return false;
+    *v = (size_t)x;
+    return true;
+}
+
+static bool parse_list(const char *s, size_t *out, int *n)
+{
+    char buf[512];
+    if (strlen(s) >= sizeof buf)
+        return false;
+    strcpy(buf, s);
+    *n = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (*n == 32 || !parse_size(tok, &out[*n]) || out[*n] == 0)
+            return false;
+        ++*n;
+    }
+    return *n > 0;
+}
+
+static bool parse_names(const char *s, const char *const *names, int count, bool *sel)
+{
+    char buf[256];
+    if (strlen(s) >= sizeof buf)
+        return false;
+    strcpy(buf, s);
+    memset(sel, 0, (size_t)count * sizeof(bool));
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int k = 0;
+        while (k < count && strcmp(tok, names[k]))
+            ++k;
+        if (k == count)
+            return false;
+        sel[k] = true;
+    }
+    return true;
+}
+
+static int parse_args(int argc, char **argv, options *o)
+{
+    memset(o, 0, sizeof *o);
+    for (int k = 0; k < NOPS; ++k)
+        o->ops[k] = true;
+    for (int k = 0; k < NIMPLS; ++k)
+        o->impls[k] = true;
+    static const size_t defL[] = {512, 1024, 2048, 4096, 8192};
+    o->nL = 5;
+    memcpy(o->L, defL, sizeof defL);
+    o->d = 64;
+    o->batch = 1;
+    o->heads = 8;
+    o->gemm = 1024;
+    o->window = 512;
+    o->repeat = 5;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage, stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        }
+        static const char *const with_value[] = {"--device", "--ops", "--impls", "--L", "--t", "--d",
+                                                 "--batch",  "--heads", "--window", "--repeat", "--gemm"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; ++k)
+            known = known || !strcmp(a, with_value[k]);
+        if (!known)
+            return fail_usage("unknown option", a);
+        if (i + 1 >= argc)
+            return fail_usage("missing value for", a);
+        const char *v = argv[++i];
+        size_t x = 0;
+        if (!strcmp(a, "--device"))
+            o->device = v;
+        else if (!strcmp(a, "--ops")) {
+            if (!parse_names(v, op_names, NOPS, o->ops))
+                return fail_usage("--ops takes forward,backward,prefill,decode; got", v);
+        } else if (!strcmp(a, "--impls")) {
+            if (!parse_names(v, impl_names, NIMPLS, o->impls))
+                return fail_usage("--impls takes castle,swl,causal; got", v);
+        } else if (!strcmp(a, "--L")) {
+            if (!parse_list(v, o->L, &o->nL))
+                return fail_usage("--L takes a comma list of positive integers; got", v);
+        } else if (!strcmp(a, "--t")) {
+            if (!parse_list(v, o->t, &o->nt))
+                return fail_usage("--t takes a comma list of positive integers; got", v);
+        } else if (!parse_size(v, &x)) {
+            return fail_usage("expected a non-negative integer, got", v);
+        } else if (!strcmp(a, "--d")) {
+            o->d = x;
+        } else if (!strcmp(a, "--batch")) {
+            o->batch = x;
+        } else if (!strcmp(a, "--heads")) {
+            o->heads = x;
+        } else if (!strcmp(a, "--window")) {
+            if (x < 1)
+                return fail_usage("--window must be >= 1 (it is the CASTLE-SWL window), got", v);
+            o->window = (long)x;
+        } else if (!strcmp(a, "--repeat")) {
+            if (x < 1 || x > 1000)
+                return fail_usage("--repeat must be in 1..1000, got", v);
+            o->repeat = (long)x;
+        } else if (!strcmp(a, "--gemm")) {
+            o->gemm = x;
+        }
+    }
+    if (!o->d || !o->batch || !o->heads)
+        return fail_usage("--d, --batch and --heads must be >= 1", "0");
+    if (!o->nt) {
+        o->nt = o->nL;
+        memcpy(o->t, o->L, sizeof o->t);
+    }
+    return 0;
+}
+
+/* ---- measurement ---------------------------------------------------------------------------- */
+
+typedef struct bench {
+    castle_context *ctx;
+    cl_context clc;
+    cl_command_queue q;
+    const options *opt;
+    int printed;
+} bench;
+
+/* One run of an operation: enqueue after `wait` (one event), return the end event. */
+typedef castle_status (*run_fn)(void *state, cl_event wait, cl_event *end);
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One warm-up, then the median over repeats of marker-start .. end-event-end, in ms.  *ms < 0 when
+   the device reports no profiling data. */
+static castle_status measure(bench *bn, run_fn fn, void *state, double *ms)
+{
+    const long n = bn->opt->repeat;
+    double t[1000];
+    cl_event end = NULL;
+    castle_status st = fn(state, NULL, &end);
+    if (st)
+        return st;
+    clWaitForEvents(1, &end);
+    clReleaseEvent(end);
+    for (long r = 0; r < n; ++r) {
+        cl_event start = NULL;
+        cl_int err = clEnqueueMarkerWithWaitList(bn->q, 0, NULL, &start);
+        if (err != CL_SUCCESS)
+            return (castle_status)err;
+        st = fn(state, start, &end);
+        if (st) {
+            clReleaseEvent(start);
+            return st;
+        }
+        clWaitForEvents(1, &end);
+        cl_ulong t0 = 0, t1 = 0;
+        err = clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
+        if (err == CL_SUCCESS)
+            err = clGetEventProfilingInfo(end, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+        clReleaseEvent(start);
+        clReleaseEvent(end);
+        if (err != CL_SUCCESS)
+            return (castle_status)err;
+        t[r] = (double)(t1 - t0) * 1e-6;
+    }
+    qsort(t, (size_t)n, sizeof(double), cmp_double);
+    *ms = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    return CASTLE_SUCCESS;
+}
+
+static void report(bench *bn, const char *op, const char *impl, size_t L, long W, double ms, double flops)
+{
+    const options *o = bn->opt;
+    const double gflops = flops / (ms * 1e-3) * 1e-9;
+    if (o->json) {
+        printf("%s\n  {\"op\": \"%s\", \"impl\": \"%s\", \"B\": %zu, \"H\": %zu, \"%s\": %zu, \"d\": %zu, \"W\": %ld, "
+               "\"median_ms\": %.4f, \"gflops\": %.3f}",
+               bn->printed ? "," : "[", op, impl, o->batch, o->heads, strcmp(op, "decode") ? "L" : "t", L, o->d, W,
+               ms, gflops);
+    } else {
+        printf("op=%s impl=%s B=%zu H=%zu %s=%zu d=%zu W=%ld median_ms=%.4f gflops=%.3f\n", op, impl, o->batch,
+               o->heads, strcmp(op, "decode") ? "L" : "t", L, o->d, W, ms, gflops);
+    }
+    fflush(stdout);
+    ++bn->printed;
+}
+
+static void report_gemm(bench *bn, size_t n, double ms)
+{
+    const double gflops = 2.0 * (double)n * (double)n * (double)n / (ms * 1e-3) * 1e-9;
+    if (bn->opt->json)
+        printf("%s\n  {\"op\": \"gemm\", \"impl\": \"clblast\", \"n\": %zu, \"median_ms\": %.4f, \"gflops\": %.3f}",
+               bn->printed ? "," : "[", n, ms, gflops);
+    else
+        printf("op=gemm impl=clblast n=%zu median_ms=%.4f gflops=%.3f\n", n, ms, gflops);
+    fflush(stdout);
+    ++bn->printed;
+}
+
+/* ---- the problems --------------------------------------------------------------------------- */
+
+typedef struct problem {
+    bench *bn;
+    castle_attention_desc desc;
+    cl_mem buf[CASTLE_TENSOR_COUNT], ws;
+    castle_cache *cache;
+    castle_kv_cache *kv;
+    int impl;
+} problem;
+
+static void problem_release(problem *p)
+{
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
+        if (p->buf[t])
+            clReleaseMemObject(p->buf[t]);
+    if (p->ws)
+        clReleaseMemObject(p->ws);
+    castle_cache_destroy(p->cache);
+    castle_kv_cache_destroy(p->kv);
+    memset(p, 0, sizeof *p);
+}
+
+/* Device buffers for (B, H, L, d) with values in [-1, 1); returns a status. */
+static castle_status problem_init(problem *p, bench *bn, int impl, size_t L)
+{
+    memset(p, 0, sizeof *p);
+    p->bn = bn;
+    p->impl = impl;
+    const options *o = bn->opt;
+    castle_attention_desc_init(&p->desc, o->batch, o->heads, L, o->d);
+    p->desc.window = impl == IMPL_SWL ? o->window : 0;
+    const size_t n = o->batch * o->heads * L * o->d;
+    float *host = malloc(n * sizeof(float));
+    if (!host)
+        return CASTLE_ERR_OUT_OF_HOST_MEMORY;
+    unsigned long long s = 0x2545f4914f6cdd1dull;
+    for (size_t i = 0; i < n; ++i) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        host[i] = (float)(s >> 40) * 0x1p-23f - 1.0f;
+    }
+    cl_int err = CL_SUCCESS;
+    for (int t = 0; t < CASTLE_TENSOR_COUNT && err == CL_SUCCESS; ++t) {
+        const size_t count = t == CASTLE_TENSOR_LSE ? n / o->d : n;
+        const bool input = t < CASTLE_TENSOR_O || t == CASTLE_TENSOR_DO;
+        p->buf[t] = clCreateBuffer(bn->clc, CL_MEM_READ_WRITE | (input ? CL_MEM_COPY_HOST_PTR : 0),
+                                   count * sizeof(float), input ? host : NULL, &err);
+    }
+    free(host);
+    if (err != CL_SUCCESS)
+        return (castle_status)err;
+    size_t ws = 0;
+    castle_status st = castle_forward_workspace_size(bn->ctx, &p->desc, &ws);
+    if (st)
+        return st;
+    p->ws = clCreateBuffer(bn->clc, CL_MEM_READ_WRITE, ws, NULL, &err);
+    return (castle_status)err;
+}
+
+#define WAIT1(w) ((w) ? 1u : 0u), ((w) ? &(w) : NULL)
+
+static castle_status run_forward(void *state, cl_event wait, cl_event *end)
+{
+    problem *p = state;
+    cl_mem *b = p->buf;
+    if (p->impl == IMPL_CAUSAL)
+        return castle_causal_forward(p->bn->ctx, &p->desc, b[3], b[4], b[5], b[6], b[7], p->bn->q, WAIT1(wait), end);
+    return castle_forward(p->bn->ctx, &p->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], p->ws, p->bn->q,
+                          WAIT1(wait), end);
+}
+
+static castle_status run_backward(void *state, cl_event wait, cl_event *end)
+{
+    problem *p = state;
+    cl_mem *b = p->buf;
+    if (p->impl == IMPL_CAUSAL)
+        return castle_causal_backward(p->bn->ctx, &p->desc, b[3], b[4], b[5], b[6], b[7], b[8], b[12], b[13], b[14],
+                                      p->bn->q, WAIT1(wait), end);
+    return castle_backward(p->bn->ctx, &p->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], p->ws, b[8], b[9],
+                           b[10], b[11], b[12], b[13], b[14], p->bn->q, WAIT1(wait), end);
+}
+
+static castle_status run_prefill(void *state, cl_event wait, cl_event *end)
+{
+    problem *p = state;
+    cl_mem *b = p->buf;
+    if (p->impl == IMPL_CAUSAL) {
+        castle_status st = castle_kv_cache_reset(p->kv);
+        return st ? st
+                  : castle_causal_prefill(p->bn->ctx, p->kv, &p->desc, b[3], b[4], b[5], b[6], b[7], p->bn->q,
+                                          WAIT1(wait), end);
+    }
+    castle_status st = castle_cache_reset(p->cache);
+    if (st)
+        return st;
+    return castle_prefill(p->bn->ctx, p->cache, &p->desc, NULL, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+                          p->bn->q, WAIT1(wait), end);
+}
+
+/* decode: one token appended to a cache that holds t tokens (prefilled first); each timed run appends
+   one more token, so the runs see t+1, t+2, ... (capacity t + repeat + 2). */
+typedef struct decode_state {
+    problem *p;     /* the one-token inputs and outputs */
+    castle_attention_desc one;
+    castle_kv_cache *kv; /* causal */
+} decode_state;
+
+static castle_status run_decode(void *state, cl_event wait, cl_event *end)
+{
+    decode_state *s = state;
+    problem *p = s->p;
+    cl_mem *b = p->buf;
+    if (p->impl == IMPL_CAUSAL)
+        return castle_causal_decode(p->bn->ctx, s->kv, &s->one, b[3], b[4], b[5], b[6], b[7], p->bn->q, WAIT1(wait),
+                                    end);
+    return castle_decode(p->bn->ctx, p->cache, &s->one, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], p->bn->q,
+                         WAIT1(wait), end);
+}
+
+static int lib_error(castle_status st, const char *what)
+{
+    fprintf(stderr, "castle-bench: %s failed: %s\n", what,
+            castle_last_error()[0] ? castle_last_error() : castle_status_string(st));
+    return 1;
+}
+
+static double model_flops(int op, int impl, const options *o, size_t L)
+{
+    const double bh = (double)o->batch * (double)o->heads, d = (double)o->d, l = (double)L;
+    const double fwd = (impl == IMPL_CAUSAL ? 2.0 : 5.0) * d * l * l * bh;
+    switch (op) {
+    case OP_BACKWARD:
+        return 2.5 * fwd;
+    case OP_DECODE:
+        return (impl == IMPL_CAUSAL ? 4.0 : 10.0) * d * l * bh;
+    default:
+        return fwd;
+    }
+}
+
+static int bench_gemm(bench *bn, size_t n)
+{
+    cl_int err = CL_SUCCESS;
+    float *host = malloc(n * n * sizeof(float));
+    if (!host)
+        return lib_error(CASTLE_ERR_OUT_OF_HOST_MEMORY, "malloc");
+    for (size_t i = 0; i < n * n; ++i)
+        host[i] = (float)(i % 17) / 17.0f;
+    cl_mem m[3];
+    for (int k = 0; k < 3; ++k)
+        m[k] = clCreateBuffer(bn->clc, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * n * sizeof(float), host, &err);
+    free(host);
+    int rc = 0;
+    double t[1000];
+    const long reps = bn->opt->repeat;
+    for (long r = -1; r < reps && !rc; ++r) { /* r = -1: warm-up (CLBlast compiles its kernels) */
+        cl_event start = NULL, end = NULL;
+        clEnqueueMarkerWithWaitList(bn->q, 0, NULL, &start);
+        CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, n, n, n,
+                                           1.0f, m[0], 0, n, m[1], 0, n, 0.0f, m[2], 0, n, &bn->q, &end);
+        if (s != CLBlastSuccess) {
+            fprintf(stderr, "castle-bench: CLBlastSgemm failed with status %d\n", (int)s);
+            rc = 1;
+        } else {
+            clWaitForEvents(1, &end);
+            cl_ulong t0 = 0, t1 = 0;
+            clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
+            clGetEventProfilingInfo(end, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+            if (r >= 0)
+                t[r] = (double)(t1 - t0) * 1e-6;
+            clReleaseEvent(end);
+        }
+        clReleaseEvent(start);
+    }
+    for (int k = 0; k < 3; ++k)
+        clReleaseMemObject(m[k]);
+    if (!rc) {
+        qsort(t, (size_t)reps, sizeof(double), cmp_double);
+        report_gemm(bn, n, reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]));
+    }
+    return rc;
+}
+
+static int bench_training(bench *bn, int op, int impl, size_t L)
+{
+    problem p;
+    castle_status st = problem_init(&p, bn, impl, L);
+    double ms = 0;
+    if (!st && op == OP_BACKWARD)
+        st = run_forward(&p, NULL, NULL);
+    if (!st && op == OP_PREFILL)
+        st = impl == IMPL_CAUSAL ? castle_kv_cache_create(bn->ctx, &p.desc, &p.kv)
+                                 : castle_cache_create(bn->ctx, &p.desc, &p.cache);
+    if (!st) {
+        run_fn fn = op == OP_FORWARD ? run_forward : op == OP_BACKWARD ? run_backward : run_prefill;
+        st = measure(bn, fn, &p, &ms);
+    }
+    if (!st)
+        report(bn, op_names[op], impl_names[impl], L, p.desc.window, ms, model_flops(op, impl, bn->opt, L));
+    problem_release(&p);
+    return st ? lib_error(st, op_names[op]) : 0;
+}
+
+static int bench_decode(bench *bn, int impl, size_t t)
+{
+    /* the prompt: t tokens, prefilled once */
+    problem prompt, one;
+    castle_status st = problem_init(&prompt, bn, impl, t);
+    if (!st)
+        st = problem_init(&one, bn, impl, 1);
+    decode_state s = {&one, one.desc, NULL};
+    castle_attention_desc cd = prompt.desc;
+    cd.seq_len = t + (size_t)bn->opt->repeat + 2; /* capacity: the prompt and every timed token */
+    cl_mem *b = prompt.buf;
+    cl_event done = NULL;
+    if (!st && impl == IMPL_CAUSAL) {
+        st = castle_kv_cache_create(bn->ctx, &cd, &s.kv);
+        if (!st)
+            st = castle_causal_prefill(bn->ctx, s.kv, &prompt.desc, b[3], b[4], b[5], b[6], b[7], bn->q, 0, NULL,
+                                       &done);
+    } else if (!st) {
+        st = castle_cache_create(bn->ctx, &cd, &one.cache);
+        if (!st)
+            st = castle_prefill(bn->ctx, one.cache, &prompt.desc, NULL, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+                                bn->q, 0, NULL, &done);
+    }
+    if (done) {
+        clWaitForEvents(1, &done);
+        clReleaseEvent(done);
+    }
+    double ms = 0;
+    if (!st)
+        st = measure(bn, run_decode, &s, &ms);
+    if (!st)
+        report(bn, "decode", impl_names[impl], t, one.desc.window, ms, model_flops(OP_DECODE, impl, bn->opt, t));
+    size_t bytes = 0;
+    if (!st && !bn->opt->json &&
+        (impl == IMPL_CAUSAL ? castle_kv_cache_bytes(s.kv, &bytes) : castle_cache_bytes(one.cache, &bytes)) ==
+            CASTLE_SUCCESS)
+        printf("# cache_bytes=%zu (capacity %zu tokens)\n", bytes, cd.seq_len);
+    castle_kv_cache_destroy(s.kv);
+    problem_release(&prompt);
+    problem_release(&one);
+    return st ? lib_error(st, "decode") : 0;
+}
+
+int main(int argc, char **argv)
+{
+    options opt;
+    int rc = parse_args(argc, argv, &opt);
+    if (rc)
+        return rc;
+    bench bn = {0};
+    bn.opt = &opt;
+    castle_status st = castle_context_create_default(opt.device, &bn.ctx);
+    if (st)
+        return lib_error(st, "opening the device");
+    bn.clc = castle_context_cl_context(bn.ctx);
+    bn.q = castle_context_queue(bn.ctx);
+    if (opt.gemm)
+        rc = bench_gemm(&bn, opt.gemm);
+    for (int op = 0; op < NOPS && !rc; ++op) {
+        if (!opt.ops[op])
+            continue;
+        for (int impl = 0; impl < NIMPLS && !rc; ++impl) {
+            if (!opt.impls[impl])
+                continue;
+            const int n = op == OP_DECODE ? opt.nt : opt.nL;
+            for (int k = 0; k < n && !rc; ++k)
+                rc = op == OP_DECODE ? bench_decode(&bn, impl, opt.t[k]) : bench_training(&bn, op, impl, opt.L[k]);
+        }
+    }
+    if (opt.json)
+        printf("%s]\n", bn.printed ? "\n" : "[");
+    castle_context_destroy(bn.ctx);
+    return rc;
+}
