@@ -28,12 +28,18 @@
    code (GPUs).  The summation order is fixed, so results stay bitwise reproducible. */
 #if VW == 1
 typedef float vfloat;
+typedef int vint;
+#define VTRUE 1
+#define VLANES(v, t) ((t)[0] = (v))
 #define VLOAD(p) (*(p))
 #define VSTORE(v, p) (*(p) = (v))
 inline float vsum(float v) { return v; }
 inline float vmax(float v) { return v; }
 #elif VW == 4
 typedef float4 vfloat;
+typedef int4 vint;
+#define VTRUE ((vint)(-1))
+#define VLANES(v, t) vstore4((v), 0, (t))
 #define VLOAD(p) vload4(0, (p))
 #define VSTORE(v, p) vstore4((v), 0, (p))
 inline float vsum(float4 v)
@@ -48,6 +54,9 @@ inline float vmax(float4 v)
 }
 #elif VW == 8
 typedef float8 vfloat;
+typedef int8 vint;
+#define VTRUE ((vint)(-1))
+#define VLANES(v, t) vstore8((v), 0, (t))
 #define VLOAD(p) vload8(0, (p))
 #define VSTORE(v, p) vstore8((v), 0, (p))
 inline float vsum(float8 v)
@@ -64,6 +73,9 @@ inline float vmax(float8 v)
 }
 #elif VW == 16
 typedef float16 vfloat;
+typedef int16 vint;
+#define VTRUE ((vint)(-1))
+#define VLANES(v, t) vstore16((v), 0, (t))
 #define VLOAD(p) vload16(0, (p))
 #define VSTORE(v, p) vstore16((v), 0, (p))
 inline float vsum(float16 v)
@@ -86,6 +98,43 @@ inline float vmax(float16 v)
 #if (BLK % VW) != 0 || (DT % VW) != 0
 #error "VW must divide BLK and DT"
 #endif
+#define VFALSE ((vint)0)
+/* Lane-wise comparisons: all bits set (vectors) or 1 (scalars) where true; combine with & and |. */
+#define VISLESS(a, b) isless((a), (b))
+#define VISLESSEQ(a, b) islessequal((a), (b))
+#define VISGREATER(a, b) isgreater((a), (b))
+#define VISGREATEREQ(a, b) isgreaterequal((a), (b))
+
+/* Lane-wise stable logistic function and SiLU (one exp, no overflow for any finite x). */
+inline vfloat castle_sigmoid_v(vfloat x)
+{
+    const vfloat e = exp(-fabs(x));
+    const vfloat r = (vfloat)(1.0f) / ((vfloat)(1.0f) + e);
+    return select(e * r, r, VISGREATEREQ(x, (vfloat)(0.0f)));
+}
+inline vfloat castle_silu_v(vfloat x) { return x * castle_sigmoid_v(x); }
+
+/* The first n (<= VW) floats at p as a vector, zeros beyond; and the first n lanes of v to p. */
+inline vfloat gload_part(__global const float *p, int n)
+{
+    if (n >= VW)
+        return VLOAD(p);
+    float t[VW];
+    for (int e = 0; e < VW; ++e)
+        t[e] = e < n ? p[e] : 0.0f;
+    return VLOAD(t);
+}
+inline void gstore_part(vfloat v, __global float *p, int n)
+{
+    if (n >= VW) {
+        VSTORE(v, p);
+        return;
+    }
+    float t[VW];
+    VLANES(v, t);
+    for (int e = 0; e < n; ++e)
+        p[e] = t[e];
+}
 
 /* sum_{k < n} a[k] b[k], n a multiple of VW, both operands contiguous in local memory. */
 inline float ldot(__local const float *a, __local const float *b, int n)
@@ -120,6 +169,17 @@ inline float castle_silu_grad(float x)
     return g * (1.0f + x * (1.0f - g));
 }
 
+/* Lane-wise pair_add. */
+inline void pair_add_v(vfloat *hi, vfloat *lo, vfloat x)
+{
+    const vfloat s = *hi + x;
+    const vfloat bb = s - *hi;
+    const vfloat err = (*hi - (s - bb)) + (x - bb);
+    const vfloat l = *lo + err;
+    *hi = s + l;
+    *lo = l - (*hi - s);
+}
+
 /* (hi, lo) += x, keeping the bits fl(hi + x) drops (TwoSum, then renormalise).  D_j is kept this
    way so that the backward pass can roll it back by subtraction without the cancellation error of
    plain float sums (SPEC section 4). */
@@ -131,6 +191,27 @@ inline void pair_add(float *hi, float *lo, float x)
     const float l = *lo + err;
     *hi = s + l;
     *lo = l - (*hi - s);
+}
+
+/* Transposed with row stride BLK and no padding, so that VW consecutive rows of one column load as a
+   vector: t[c * BLK + r]. */
+inline void load_tile_tb(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int d)
+{
+    for (int e = get_local_id(0); e < BLK * DT; e += NT) {
+        const int r = e / DT, c = e % DT;
+        const int gr = row0 + r, gc = c0 + c;
+        t[c * BLK + r] = (gr < nrows && gc < d) ? p[(ulong)gr * rs + gc] : 0.0f;
+    }
+}
+
+/* Row-major with row stride DT and no padding: t[r * DT + c]. */
+inline void load_tile_rb(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int d)
+{
+    for (int e = get_local_id(0); e < BLK * DT; e += NT) {
+        const int r = e / DT, c = e % DT;
+        const int gr = row0 + r, gc = c0 + c;
+        t[r * DT + c] = (gr < nrows && gc < d) ? p[(ulong)gr * rs + gc] : 0.0f;
+    }
 }
 
 /* As load_tile, but stores the tile transposed: t[c * BP + r] (DT x BP).  A work-group reads a

@@ -17,8 +17,24 @@
 #error "forward.cl: NT must be a multiple of BLK that divides BLK*BLK and BLK*DT"
 #endif
 
-#define LM_P1 (6 * BLK * TS)
-#define LM_P2 (3 * BLK * BP + 2 * BLK + 2 * DT * BP)
+/* Mapping.  Every BLK x BLK matrix of a block pair is split into units of one row x VW consecutive
+   columns, and every BLK x DT slab of outputs into units of one row x VW columns of d; work-item lid
+   owns units lid + m NT.  Each unit is a vector along the dimension that stays contiguous in local
+   memory, so products are broadcast-scalar x vector FMAs: SIMD on CPUs without reassociating a sum,
+   plain scalar code on GPUs (VW = 1).  Operands read as vectors are staged "transposed" (contraction
+   index first, stride BLK); operands read as scalars row-major (stride TS). */
+#define FU (BLK * BLK / VW)   /* units of a BLK x BLK matrix */
+#define FUC (BLK * DT / VW)   /* units of a BLK x DT slab */
+#define FQ (BLK / VW)         /* units per row of a BLK x BLK matrix */
+#define FQC (DT / VW)         /* units per row of a BLK x DT slab */
+#if (FU % NT) != 0 || (FUC % NT) != 0
+#error "forward.cl: NT x VW must divide BLK*BLK and BLK*DT"
+#endif
+#define FUPT (FU / NT)        /* matrix units per work-item */
+#define FUPC (FUC / NT)       /* slab units per work-item */
+
+#define LM_P1 (2 * BLK * TS + 4 * DT * BLK)
+#define LM_P2 (4 * BLK * BLK + 2 * BLK + 2 * BLK * DT)
 #define LM_SIZE (LM_P1 > LM_P2 ? LM_P1 : LM_P2)
 
 /* The kernels' shared parameters (after the launch index k) and the matching argument list. */
@@ -32,6 +48,42 @@
 #define FORWARD_BLOCK_ARGS \
     L, d, H, W, sc, qu, squ, ku, sku, vu, svu, qc, sqc, kc, skc, vc, svc, o, so, lse, slse, ws, ws_dlo, \
     ws_x, ws_ml
+
+/* Lane e of the result holds e (lane indices for masks). */
+inline vfloat lane_index(void)
+{
+#if VW == 1
+    return 0.0f;
+#elif VW == 4
+    return (float4)(0, 1, 2, 3);
+#elif VW == 8
+    return (float8)(0, 1, 2, 3, 4, 5, 6, 7);
+#else
+    return (float16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#endif
+}
+
+/* sum_c x[c] t[c * BLK .. + VW), c < DT: scalars of a row-major tile row against a transposed tile. */
+__attribute__((always_inline)) inline vfloat row_x_tile(__local const float *x, __local const float *t)
+{
+    vfloat y0 = (vfloat)(0.0f), y1 = (vfloat)(0.0f);
+    for (int c = 0; c < DT; c += 2) {
+        y0 += x[c] * VLOAD(t + c * BLK);
+        y1 += x[c + 1] * VLOAD(t + (c + 1) * BLK);
+    }
+    return y0 + y1;
+}
+
+/* sum_q w[q] t[q * ts .. + VW), q < BLK: a row of weights against the rows of a tile (row stride ts). */
+__attribute__((always_inline)) inline vfloat weights_x_rows(__local const float *w, __local const float *t, int ts)
+{
+    vfloat y0 = (vfloat)(0.0f), y1 = (vfloat)(0.0f);
+    for (int q = 0; q < BLK; q += 2) {
+        y0 += w[q] * VLOAD(t + q * ts);
+        y1 += w[q + 1] * VLOAD(t + (q + 1) * ts);
+    }
+    return y0 + y1;
+}
 
 /* The block pair (i = j + k, j) of batch entry x head bh, computed by the whole work-group. */
 inline void forward_block(__local float *lm, const int k, const int j, const int bh, FORWARD_BLOCK_PARAMS)
@@ -47,6 +99,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     const bool gate = (W == 0) || (t0 <= smax + W);
     const bool need_d = k > 0; /* D_j^(0) = 0 */
     const bool need_x = gate && k == 0;
+    const vfloat lane = lane_index();
 
     __global const float *pqu = qu + tensor_offset(squ, b, h, 0);
     __global const float *pku = ku + tensor_offset(sku, b, h, 0);
@@ -59,87 +112,97 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     __global float *X = ws + ws_x + ((ulong)bh * N + i) * (BLK * BLK);
     __global float *ML = ws + ws_ml + (ulong)bh * Lpad * 2;
 
-    const int col = lid % BLK, row0 = lid / BLK;
-
-    /* Phase 1: the BLK x BLK x d products, d staged through local memory in chunks of DT; within a
-       chunk each entry accumulates in VW lanes, summed into a scalar at the chunk's end (so no vector
-       state lives across the barriers: CPU compilers keep such state in memory per work-item). */
-    float s1[EPT], s2[EPT], gl[EPT], xv[EPT];
-    for (int r = 0; r < EPT; ++r)
-        s1[r] = s2[r] = gl[r] = xv[r] = 0.0f;
-    __local float *tQC = lm, *tKC = lm + BLK * TS, *tD = lm + 2 * BLK * TS;
-    __local float *tQU = lm + 3 * BLK * TS, *tKU = lm + 4 * BLK * TS, *tVU = lm + 5 * BLK * TS;
+    /* Phase 1: the BLK x BLK x d products, d staged through local memory in chunks of DT. */
+    vfloat s1[FUPT], s2[FUPT], gl[FUPT], xv[FUPT];
+    for (int m = 0; m < FUPT; ++m)
+        s1[m] = s2[m] = gl[m] = xv[m] = (vfloat)(0.0f);
+    __local float *tQC = lm, *tQU = lm + BLK * TS; /* row-major BLK x TS */
+    __local float *tKC = lm + 2 * BLK * TS, *tD = tKC + DT * BLK, *tKU = tD + DT * BLK, *tVU = tKU + DT * BLK;
     for (int c0 = 0; c0 < d; c0 += DT) {
         load_tile(tQC, pqc, sqc.z, t0, L, c0, d);
-        load_tile(tKC, pkc, skc.z, s0, L, c0, d);
+        load_tile_tb(tKC, pkc, skc.z, s0, L, c0, d);
         if (need_d)
-            load_tile(tD, D, (ulong)d, s0, L, c0, d);
+            load_tile_tb(tD, D, (ulong)d, s0, L, c0, d);
         if (gate) {
             load_tile(tQU, pqu, squ.z, s0, L, c0, d);
-            load_tile(tKU, pku, sku.z, t0, L, c0, d);
+            load_tile_tb(tKU, pku, sku.z, t0, L, c0, d);
         }
         if (need_x)
-            load_tile(tVU, pvu, svu.z, t0, L, c0, d);
+            load_tile_tb(tVU, pvu, svu.z, t0, L, c0, d);
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int r = 0; r < EPT; ++r) {
-            const int rr = row0 + r * RSTEP;
-            s1[r] += ldot(tQC + rr * TS, tKC + col * TS, DT);
+        for (int m = 0; m < FUPT; ++m) {
+            const int u = lid + m * NT, row = u / FQ, cv = (u % FQ) * VW;
+            s1[m] += row_x_tile(tQC + row * TS, tKC + cv);
             if (need_d)
-                s2[r] += ldot(tQC + rr * TS, tD + col * TS, DT);
+                s2[m] += row_x_tile(tQC + row * TS, tD + cv);
             if (need_x) /* rows: t in T_i, columns: j' in T_i */
-                xv[r] += ldot(tQC + rr * TS, tVU + col * TS, DT);
+                xv[m] += row_x_tile(tQC + row * TS, tVU + cv);
             if (gate) /* rows: s in T_j, columns: j' in T_i */
-                gl[r] += ldot(tQU + rr * TS, tKU + col * TS, DT);
+                gl[m] += row_x_tile(tQU + row * TS, tKU + cv);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    /* Phase 2: the gate block G[T_j, T_i] and the masked X[T_i, T_i] into local memory. */
-    __local float *sG = lm, *sX = lm + BLK * BP, *sA = lm + 2 * BLK * BP;
-    __local float *sAlpha = lm + 3 * BLK * BP, *sL = sAlpha + BLK;
-    __local float *tV = sL + BLK, *tW = tV + DT * BP; /* transposed (DT x BP): contiguous in s, j' */
+    /* Phase 2: the gate block G[T_j, T_i] (row-major and transposed) and the masked X[T_i, T_i]. */
+    __local float *sG = lm, *sGt = lm + BLK * BLK, *sX = lm + 2 * BLK * BLK, *sA = lm + 3 * BLK * BLK;
+    __local float *sAlpha = lm + 4 * BLK * BLK, *sL = sAlpha + BLK;
+    __local float *tV = sL + BLK, *tW = tV + BLK * DT; /* row-major BLK x DT */
     if (gate) {
-        for (int r = 0; r < EPT; ++r) {
-            const int rr = row0 + r * RSTEP;
-            const int s = s0 + rr, jp = t0 + col;
-            const bool allowed = s < L && jp < L && s < jp && (W == 0 || jp <= s + W);
-            sG[rr * BP + col] = allowed ? castle_sigmoid(sc * gl[r]) : 0.0f;
-            float x;
-            if (k == 0) {
-                x = (col <= rr && jp < L) ? sc * xv[r] : 0.0f;
-                X[rr * BLK + col] = x;
+        for (int m = 0; m < FUPT; ++m) {
+            const int u = lid + m * NT, rr = u / FQ, cv = (u % FQ) * VW;
+            const int s = s0 + rr;
+            const vfloat jp = (float)(t0 + cv) + lane; /* j' of each lane */
+            const vfloat sf = (float)s;
+            /* allowed: s < L, j' < L, s < j', and j' <= s + W for CASTLE-SWL */
+            vfloat g = castle_sigmoid_v(sc * gl[m]);
+            g = select((vfloat)(0.0f), g,
+                       VISLESS(jp, (vfloat)(float)L) & VISLESS(sf, jp) &
+                           (W == 0 ? VTRUE : VISLESSEQ(jp, sf + (float)W)));
+            if (s >= L)
+                g = (vfloat)(0.0f);
+            VSTORE(g, sG + rr * BLK + cv);
+            float gs[VW];
+            VLANES(g, gs);
+            for (int e = 0; e < VW; ++e)
+                sGt[(cv + e) * BLK + rr] = gs[e];
+            vfloat x;
+            if (k == 0) { /* rows t = rr, columns j': masked j' <= t, j' < L */
+                x = select((vfloat)(0.0f), sc * xv[m],
+                           VISLESSEQ(lane + (float)cv, (vfloat)(float)rr) & VISLESS(jp, (vfloat)(float)L));
+                VSTORE(x, X + rr * BLK + cv);
             } else {
-                x = X[rr * BLK + col];
+                x = VLOAD(X + rr * BLK + cv);
             }
-            sX[rr * BP + col] = x;
+            VSTORE(x, sX + rr * BLK + cv);
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Phase 3: SU and the scores A[T_i, T_j]. */
-    for (int r = 0; r < EPT; ++r) {
-        const int rr = row0 + r * RSTEP;
-        const int t = t0 + rr, s = s0 + col;
-        float su = sc * s2[r];
+    /* Phase 3: SU and the scores A[T_i, T_j] (rows t, vectors of s). */
+    for (int m = 0; m < FUPT; ++m) {
+        const int u = lid + m * NT, rr = u / FQ, cv = (u % FQ) * VW;
+        const int t = t0 + rr;
+        vfloat su = sc * s2[m];
         if (gate)
-            su += ldot(sX + rr * BP, sG + col * BP, BLK);
-        float a = sc * s1[r] - castle_silu(su);
-        if (s >= L || (k == 0 && s > t))
-            a = -INFINITY;
-        sA[rr * BP + col] = a;
+            su += weights_x_rows(sX + rr * BLK, sGt + cv, BLK);
+        vfloat a = sc * s1[m] - castle_silu_v(su);
+        const vfloat sv = (float)(s0 + cv) + lane;
+        a = select(a, (vfloat)(-INFINITY), VISGREATEREQ(sv, (vfloat)(float)L) |
+                                               (k == 0 ? VISGREATER(sv, (vfloat)(float)t) : VFALSE));
+        VSTORE(a, sA + rr * BLK + cv);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
     /* Phase 4: online softmax per row; A becomes P = exp(A - m_new). */
     if (lid < BLK) {
         const int t = t0 + lid;
+        __local float *row = sA + lid * BLK;
         if (t < L) {
             float m_old = -INFINITY, l_old = 0.0f;
             if (k > 0) {
                 m_old = ML[2 * t];
                 l_old = ML[2 * t + 1];
             }
-            __local float *row = sA + lid * BP;
             vfloat vm = (vfloat)(-INFINITY);
             for (int s = 0; s < BLK; s += VW)
                 vm = fmax(vm, VLOAD(row + s));
@@ -152,8 +215,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
                 VSTORE(p, row + s);
                 vs += p;
             }
-            const float sum = vsum(vs);
-            const float l_new = l_old * alpha + sum;
+            const float l_new = l_old * alpha + vsum(vs);
             sAlpha[lid] = alpha;
             sL[lid] = l_new;
             ML[2 * t] = mx;
@@ -162,7 +224,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
                 lse[tensor_offset(slse, b, h, t)] = mx + log(l_new);
         } else {
             for (int s = 0; s < BLK; ++s)
-                sA[lid * BP + s] = 0.0f;
+                row[s] = 0.0f;
             sAlpha[lid] = 0.0f;
             sL[lid] = 1.0f;
         }
@@ -172,33 +234,34 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     /* Phase 5: acc[T_i] = alpha acc[T_i] + P VC[T_j] (the accumulator lives in O; normalised by
        work-group j = 0, the last to touch row block i), and D_j += VU[T_i]^T G[T_j,T_i]^T. */
     for (int c0 = 0; c0 < d; c0 += DT) {
-        load_tile_t(tV, pvc, svc.z, s0, L, c0, d);
+        load_tile_rb(tV, pvc, svc.z, s0, L, c0, d);
         if (gate)
-            load_tile_t(tW, pvu, svu.z, t0, L, c0, d);
+            load_tile_rb(tW, pvu, svu.z, t0, L, c0, d);
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int e = 0; e < EPC; ++e) {
-            const int idx = lid + e * NT;
-            const int rr = idx / DT, c = idx % DT, gc = c0 + c;
+        for (int m = 0; m < FUPC; ++m) {
+            const int u = lid + m * NT, rr = u / FQC, cv = (u % FQC) * VW, gc = c0 + cv;
             const int t = t0 + rr;
             if (t < L && gc < d) {
-                const float acc = ldot(sA + rr * BP, tV + c * BP, BLK);
+                const vfloat acc = weights_x_rows(sA + rr * BLK, tV + cv, DT);
                 __global float *po = o + tensor_offset(so, b, h, t) + gc;
-                float v = (k > 0) ? *po * sAlpha[rr] + acc : acc;
+                const int n = min(VW, d - gc);
+                vfloat v = (k > 0) ? gload_part(po, n) * sAlpha[rr] + acc : acc;
                 if (j == 0)
                     v /= sL[rr];
-                *po = v;
+                gstore_part(v, po, n);
             }
             if (gate && gc < d) { /* here rr indexes s in T_j */
-                const float dv = ldot(sG + rr * BP, tW + c * BP, BLK);
+                const vfloat dv = weights_x_rows(sG + rr * BLK, tW + cv, DT);
                 const ulong off = (ulong)(s0 + rr) * d + gc;
-                float hi = dv, lo = 0.0f;
+                const int n = min(VW, d - gc);
+                vfloat hi = dv, lo = (vfloat)(0.0f);
                 if (k > 0) {
-                    hi = D[off];
-                    lo = Dlo[off];
-                    pair_add(&hi, &lo, dv);
+                    hi = gload_part(D + off, n);
+                    lo = gload_part(Dlo + off, n);
+                    pair_add_v(&hi, &lo, dv);
                 }
-                D[off] = hi;
-                Dlo[off] = lo;
+                gstore_part(hi, D + off, n);
+                gstore_part(lo, Dlo + off, n);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);

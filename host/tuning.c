@@ -16,8 +16,8 @@ typedef struct tuning_entry {
 /* First match wins; the last entry is the default.  Values were measured with castle-bench on the
    devices named; see README "Tuning". */
 static const tuning_entry table[] = {
-    {"pocl-cpu", NULL, "pthread", CL_DEVICE_TYPE_CPU, {32, 256, 32, 8, 8}},
-    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, {32, 256, 32, 8, 8}},
+    {"pocl-cpu", NULL, "pthread", CL_DEVICE_TYPE_CPU, {32, 64, 32, 16, 8}},
+    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, {32, 64, 32, 16, 8}},
     {"nvidia-gpu", "NVIDIA", NULL, CL_DEVICE_TYPE_GPU, {32, 256, 32, 1, 8}},
     {"default", NULL, NULL, CL_DEVICE_TYPE_ALL, {32, 256, 32, 1, 8}},
 };
@@ -25,7 +25,7 @@ static const tuning_entry table[] = {
 /* The table's vector width for the device (what vector = 0 stands for). */
 static unsigned default_vector(const castle_device_info *info)
 {
-    return (info && (info->type & CL_DEVICE_TYPE_CPU)) ? 8u : 1u;
+    return (info && (info->type & CL_DEVICE_TYPE_CPU)) ? 16u : 1u;
 }
 
 /* Replaces vector = 0 by the device's default, narrowed until it divides block and dchunk. */
@@ -34,7 +34,8 @@ void castle__tuning_resolve(castle_tuning *t, const castle_device_info *info)
     if (t->vector)
         return;
     unsigned v = default_vector(info);
-    while (v > 1 && (t->block % v || t->dchunk % v))
+    const unsigned n = t->threads ? t->threads : 1;
+    while (v > 1 && (t->block % v || t->dchunk % v || (t->block * t->block / v) % n || (t->block * t->dchunk / v) % n))
         v = v == 4 ? 1 : v / 2;
     t->vector = v;
 }
@@ -43,8 +44,8 @@ size_t castle__tuning_local_bytes(const castle_tuning *t)
 {
     /* The largest of LM_SIZE in cl/forward.cl and LM_BW in cl/backward.cl. */
     const size_t ts = t->dchunk + 1, bp = t->block + 1, b = t->block;
-    const size_t p1 = 6 * b * ts;
-    const size_t p2 = 3 * b * bp + 2 * b + 2 * t->dchunk * bp;
+    const size_t p1 = 2 * b * ts + 4 * t->dchunk * b;
+    const size_t p2 = 4 * b * b + 2 * b + 2 * b * t->dchunk;
     const size_t tile = b * ts > t->dchunk * bp ? b * ts : t->dchunk * bp;
     const size_t bw = 9 * b * bp + 7 * tile + 2 * b;
     size_t m = p1 > p2 ? p1 : p2;
@@ -68,6 +69,10 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
         return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning vector=%u: must be 1, 4, 8 or 16", v);
     if (b % v || c % v)
         return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning vector=%u must divide block=%u and dchunk=%u", v, b, c);
+    if (n && ((b * b / v) % n || (b * c / v) % n))
+        return castle__fail(CASTLE_ERR_BAD_TUNING,
+                            "tuning threads=%u x vector=%u must divide block*block=%u and block*dchunk=%u", n, v, b * b,
+                            b * c);
     if (t->fold > 1024)
         return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning fold=%u: must be at most 1024", t->fold);
     if (n == 0 || n % b || (b * b) % n || (b * c) % n)
