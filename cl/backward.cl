@@ -236,7 +236,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         } else {
             load_tile_t(T5, dD, (ulong)d, s0, L, c0, d);
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
+        /* global fence too: below, other work-items overwrite the dD_j entries just read */
+        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
         if (gate) /* dG += dD_j^T VU[T_i]^T (entries s = row, j' = col) */
             for (int r = 0; r < EPT; ++r) {
                 const int rr = row0 + r * RSTEP;

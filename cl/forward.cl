@@ -140,7 +140,8 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
             if (gate) /* rows: s in T_j, columns: j' in T_i */
                 gl[m] += row_x_tile(tQU + row * TS, tKU + cv);
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
+        /* global fence too: phase 5 overwrites D_j rows that other work-items read here */
+        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     }
 
     /* Phase 2: the gate block G[T_j, T_i] (row-major and transposed) and the masked X[T_i, T_i]. */

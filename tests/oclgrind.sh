@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the kernels under Oclgrind, an OpenCL device simulator that reports data races, out-of-bounds
 # and invalid API use: castle-info's forward self-test (three shapes against the fp64 reference,
-# guard regions included) and a forward + backward through castle-run, folded and per-diagonal.
+# guard regions included), a forward + backward through castle-run, folded and per-diagonal, a
+# prefill + decode through the UQ-KV cache, and the causal baseline's four operations.
 # Oclgrind's device has 32 KiB of local memory, so this also runs the library's shrunk tuning.
 # usage: oclgrind.sh <build-dir>
 set -euo pipefail
@@ -29,5 +30,13 @@ for fold in 0 8; do
         report "castle-run backward (fold=$fold) failed under Oclgrind"
 done
 cmp -s "$work/out0/dqu.npy" "$work/out8/dqu.npy" || report "folded and per-diagonal backward differ under Oclgrind"
+# the UQ-KV cache: prefill 30 tokens, decode the rest one and three at a time
+for chunk in 1 3; do
+    og "$build/tools/castle-run" decode --in "$work/in" --out "$work/dec$chunk" --prompt 30 --chunk $chunk --window 5 ||
+        report "castle-run decode (chunk $chunk) failed under Oclgrind"
+done
+# the causal baseline: forward, backward, prefill, decode
+og "$build/tools/castle-bench" --impls causal --L 40 --t 40 --heads 2 --repeat 1 --gemm 0 >/dev/null ||
+    report "castle-bench (causal) failed under Oclgrind"
 [ -s "$log" ] && report "Oclgrind found problems"
 echo "oclgrind: no data races, out-of-bounds accesses or API errors; self-test PASS"
