@@ -392,3 +392,43 @@ castle_status h_run_backward(castle_context *ctx, cl_command_queue q, const h_fw
 {
     return run_case(ctx, q, c, true, ref != H_GRAD_NONE, ref, keep, out);
 }
+
+/* Every L of the table meets several d, windows and both layouts; B, H > 1 throughout.
+   The block size is 32 unless CASTLE_TUNING says otherwise: windows 32 and the lengths 63/64/65
+   sit on either side of a block edge. */
+const h_fwd_case h_shapes[] = {
+    /* B  H  L     d    W    layout     mag  scale seed */
+    {2, 3, 1, 1, 0, H_BHLD, 1, 0, 1},
+    {2, 2, 1, 64, 1, H_BLHD, 1, 0, 2},
+    {2, 3, 2, 8, 0, H_BHLD, 1, 0, 3},
+    {3, 2, 2, 33, 1, H_PADDED, 1, 0, 4},
+    {2, 2, 7, 16, 3, H_BLHD, 1, 0, 5},
+    {2, 3, 7, 1, 0, H_BHLD, 1, 0, 6},
+    {1, 2, 7, 256, 100, H_BHLD, 1, 0, 7},
+    {2, 2, 63, 64, 0, H_BHLD, 1, 0, 8},
+    {2, 2, 63, 33, 32, H_BLHD, 1, 0, 9},
+    {2, 3, 63, 8, 3, H_PADDED, 1, 0, 10},
+    {2, 2, 64, 16, 0, H_BLHD, 1, 0, 11},
+    {2, 2, 64, 128, 1, H_BHLD, 1, 0, 12},
+    {2, 1, 64, 64, 32, H_BHLD, 1, 0, 13},
+    {2, 2, 65, 64, 0, H_BHLD, 1, 0, 14},
+    {2, 2, 65, 1, 3, H_BLHD, 1, 0, 15},
+    {1, 2, 65, 256, 65, H_PADDED, 1, 0, 16},
+    {2, 2, 130, 33, 0, H_BLHD, 1, 0, 17},
+    {2, 2, 130, 64, 100, H_BHLD, 1, 0, 18},
+    {1, 3, 130, 8, 1, H_BHLD, 1, 0, 19},
+    {2, 2, 130, 128, 32, H_PADDED, 1, 0, 20},
+    {2, 2, 257, 64, 0, H_BHLD, 1, 0, 21},
+    {2, 2, 257, 16, 3, H_BLHD, 1, 0, 22},
+    {1, 2, 257, 256, 100, H_BHLD, 1, 0, 23},
+    {2, 1, 257, 1, 32, H_BHLD, 1, 0, 24},
+    {2, 2, 257, 33, 1000, H_BLHD, 1, 0, 25},
+    {1, 2, 1000, 64, 0, H_BHLD, 1, 0, 26},
+    {1, 2, 1000, 128, 100, H_BLHD, 1, 0, 27},
+    {2, 1, 1000, 16, 32, H_BHLD, 1, 0, 28},
+    {1, 2, 1000, 8, 1, H_BLHD, 1, 0, 29},
+    {1, 1, 1000, 256, 0, H_BHLD, 1, 0, 30},
+    {1, 2, 1000, 33, 3, H_PADDED, 1, 0, 31},
+    {2, 2, 100, 64, 0, H_BHLD, 1, 0.3f, 32}, /* explicit scale */
+};
+const size_t h_nshapes = sizeof h_shapes / sizeof h_shapes[0];

@@ -61,6 +61,11 @@ typedef struct h_fwd_out {
     float *grad[6];        /* logical (B, H, L, d) gradients, if keep was set (backward) */
 } h_fwd_out;
 
+/* The conformance table shared by the forward and backward suites: every L of the issue's list
+   (1 .. 1000) meets several d (1 .. 256), windows (0, 1, 3, block, 100, > L) and layouts. */
+extern const h_fwd_case h_shapes[];
+extern const size_t h_nshapes;
+
 /* Which fp64 reference the backward is compared with. */
 typedef enum h_grad_ref {
     H_GRAD_NONE = 0,
