@@ -117,9 +117,9 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
    ("block=32,threads=256,dchunk=32,vector=8,fold=8"; missing keys keep their value), then
    castle_context_set_tuning().  Constraints: block in {8,16,32,64}; threads a multiple of block,
    dividing block*block and block*dchunk, at most the device's work-group size; dchunk in
-   {4,8,16,32,64}; vector in {0,1,4,8,16} dividing block and dchunk (0: the table's width for the
-   device, narrowed until it divides them); fold at most 1024; the local memory the kernels need
-   must fit the device's. */
+   {4,8,16,32,64}; vector in {0,1,4,8,16} dividing block and dchunk, with threads x vector dividing
+   block*block and block*dchunk (0: the table's width for the device, narrowed until it fits);
+   fold at most 1024; the local memory the kernels need must fit the device's. */
 typedef struct castle_tuning {
     unsigned block;   /* BLK: rows per block (SPEC section 3) */
     unsigned threads; /* work-items per work-group */
