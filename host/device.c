@@ -126,6 +126,21 @@ static bool parse_spec(const char *spec, long *p, long *d, bool *flat)
     return true;
 }
 
+castle_status castle_parse_device_spec(const char *spec, long *platform, long *device)
+{
+    castle__clear_error();
+    if (!spec || !platform || !device)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_parse_device_spec: a NULL argument");
+    long p, d;
+    bool flat;
+    if (!parse_spec(spec, &p, &d, &flat))
+        return castle__fail(CASTLE_ERR_BAD_DEVICE_SPEC,
+                            "device '%s' is malformed: expected 'P:D' (platform:device) or 'N'", spec);
+    *platform = flat ? -1 : p;
+    *device = flat ? p : d;
+    return CASTLE_SUCCESS;
+}
+
 castle_status castle_context_create_default(const char *device_spec, castle_context **out)
 {
     castle__clear_error();

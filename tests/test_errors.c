@@ -1037,6 +1037,21 @@ START_TEST(test_device_spec_malformed)
 }
 END_TEST
 
+/* castle_parse_device_spec reads device strings as castle_context_create_default does. */
+START_TEST(test_parse_device_spec)
+{
+    long p = 7, d = 7;
+    check_status(castle_parse_device_spec("2:3", &p, &d), CASTLE_SUCCESS, NULL, "parse 2:3");
+    ck_assert(p == 2 && d == 3);
+    check_status(castle_parse_device_spec("5", &p, &d), CASTLE_SUCCESS, NULL, "parse 5");
+    ck_assert(p == -1 && d == 5);
+    static const char *const bad[] = {"x", "1:", ":1", "-1", "0:0:0", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i)
+        check_status(castle_parse_device_spec(bad[i], &p, &d), CASTLE_ERR_BAD_DEVICE_SPEC, "malformed", bad[i]);
+    check_status(castle_parse_device_spec(NULL, &p, &d), CASTLE_ERR_NULL_POINTER, "NULL", "parse NULL");
+}
+END_TEST
+
 START_TEST(test_device_missing)
 {
     static const char *const specs[] = {"99:0", "999", "0:999"};
@@ -1419,6 +1434,7 @@ Suite *errors_suite(void)
     add(s, "context", &tc);
     tcase_add_test(tc, test_context_create_null_args);
     tcase_add_loop_test(tc, test_device_spec_malformed, 0, NMALFORMED);
+    tcase_add_test(tc, test_parse_device_spec);
     tcase_add_loop_test(tc, test_device_missing, 0, 3);
     tcase_add_test(tc, test_device_env_malformed);
     tcase_add_test(tc, test_null_tolerant);

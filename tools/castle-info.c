@@ -172,29 +172,15 @@ static void fmt_reason(char *buf, size_t n, castle_status st, const char *fallba
         snprintf(buf, n, "%s: %s", name, msg);
 }
 
-/* Mirrors the library's parse of "P:D" / "N". */
+/* "P:D" / "N" as the library reads them (castle_parse_device_spec); for "N", *p = N and *d = -1. */
 static bool parse_spec(const char *spec, long *p, long *d, bool *flat)
 {
-    char *end;
-    errno = 0;
-    long a = strtol(spec, &end, 10);
-    if (end == spec || errno || a < 0)
+    long plat, dev;
+    if (castle_parse_device_spec(spec, &plat, &dev) != CASTLE_SUCCESS)
         return false;
-    if (*end == '\0') {
-        *flat = true;
-        *p = a;
-        *d = -1;
-        return true;
-    }
-    if (*end != ':')
-        return false;
-    const char *s2 = end + 1;
-    long b = strtol(s2, &end, 10);
-    if (end == s2 || *end != '\0' || errno || b < 0)
-        return false;
-    *flat = false;
-    *p = a;
-    *d = b;
+    *flat = plat < 0;
+    *p = *flat ? dev : plat;
+    *d = *flat ? -1 : dev;
     return true;
 }
 

@@ -97,6 +97,11 @@ CASTLE_API castle_status castle_context_create(cl_context cl_ctx, cl_device_id d
    environment variable CASTLE_DEVICE, and if that is unset, "0:0". */
 CASTLE_API castle_status castle_context_create_default(const char *device_spec, castle_context **out);
 
+/* Parses a device string as castle_context_create_default reads it: "P:D" gives *platform = P and
+   *device = D; "N" (the N-th device counting across platforms) gives *platform = -1, *device = N.
+   CASTLE_ERR_BAD_DEVICE_SPEC when malformed. */
+CASTLE_API castle_status castle_parse_device_spec(const char *spec, long *platform, long *device);
+
 /* Releases everything the context holds.  Accepts NULL. */
 CASTLE_API void castle_context_destroy(castle_context *ctx);
 
