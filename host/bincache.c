@@ -3,7 +3,7 @@
  * else $HOME/.cache/castle; CASTLE_CACHE_DIR=off disables it.  Every failure (no directory, no
  * permission, a short or corrupt file) is silent: the caller simply compiles from source. */
 #define _POSIX_C_SOURCE 200809L
-#include "internal.h"
+#include "bincache.h"
 
 #include <stdint.h>
 #include <stdio.h>

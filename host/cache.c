@@ -8,7 +8,10 @@
  * Decode: two launches per token, no host round trip and no allocation: positions come from the
  * device copy of the prompt lengths plus a counter passed as a kernel argument.
  * Commands are ordered by the queue when it is in order, by events between them otherwise. */
-#include "internal.h"
+#include "cache.h"
+#include "schedule.h"
+#include "context.h"
+#include "error.h"
 
 #include <stdlib.h>
 #include <string.h>

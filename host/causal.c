@@ -9,7 +9,9 @@
  *           device idle (fewer than ~4 work-groups per compute unit), a head's keys are split among
  *           several work-groups; castle_causal_combine merges the partials in a third launch.
  * Launches are ordered by the queue when it is in order, by events between them otherwise. */
-#include "internal.h"
+#include "causal.h"
+#include "context.h"
+#include "error.h"
 
 #include <stdlib.h>
 #include <string.h>

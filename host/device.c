@@ -1,5 +1,7 @@
 /* Device facts, device selection and the castle_context life cycle. */
-#include "internal.h"
+#include "context.h"
+#include "tuning.h"
+#include "error.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* Status names and the per-thread message of the last failure. */
-#include "internal.h"
+#include "error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

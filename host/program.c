@@ -1,7 +1,11 @@
 /* Program assembly, lazy compilation and the binary cache.
  * Source = feature defines + common.cl + the family's .cl; tuned values arrive as -D options and
  * are part of the cache key.  CASTLE_CL_DIR=<dir> loads the .cl files from disk (development). */
-#include "internal.h"
+#include "program.h"
+#include "context.h"
+#include "bincache.h"
+#include "error.h"
+#include "tuning.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,9 @@
  * by events between them otherwise.  The backward runs the same wavefront in reverse.  Short
  * sequences with many batch entries x heads fold the wavefront into one launch (castle_tuning.fold):
  * each work-group then walks its own batch entry and head's block pairs in the same order. */
-#include "internal.h"
+#include "schedule.h"
+#include "context.h"
+#include "error.h"
 
 #include <stdbool.h>
 

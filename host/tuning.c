@@ -1,5 +1,6 @@
 /* The per-device tuning table (vendor -> device -> default) and its checks. */
-#include "internal.h"
+#include "tuning.h"
+#include "error.h"
 
 #include <stdio.h>
 #include <stdlib.h>

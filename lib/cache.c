@@ -1,6 +1,9 @@
 /* The public API of the UQ-KV cache (SPEC section 5): argument checks (lib/validate.c), the
  * cache's state checks (emptiness, capacity), then dispatch to host/cache.c. */
-#include "internal.h"
+#include "cache.h"
+#include "validate.h"
+#include "context.h"
+#include "error.h"
 
 #include <stdlib.h>
 

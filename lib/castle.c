@@ -1,5 +1,8 @@
 /* The public API layer: argument checks (through lib/validate.c), then dispatch to host/. */
-#include "internal.h"
+#include "validate.h"
+#include "schedule.h"
+#include "context.h"
+#include "error.h"
 
 #include <string.h>
 

@@ -1,6 +1,9 @@
 /* The public API of the standard causal attention baseline: argument checks (lib/validate.c), the
  * KV cache's state checks (emptiness, capacity), then dispatch to host/causal.c. */
-#include "internal.h"
+#include "causal.h"
+#include "validate.h"
+#include "context.h"
+#include "error.h"
 
 #define BIT(t) (1u << (t))
 /* q, k, v, o: every call; lse: required by the forward and backward passes, optional in prefill and

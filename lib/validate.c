@@ -1,5 +1,10 @@
 /* The one place where descriptors, buffers, queues and wait lists are validated. */
-#include "internal.h"
+#include "validate.h"
+#include "cache.h"
+#include "causal.h"
+#include "context.h"
+#include "error.h"
+#include "tuning.h"
 
 #include <limits.h>
 #include <math.h>

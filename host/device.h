@@ -1,0 +1,27 @@
+/* Device facts the library reads once per context (host/device.c). */
+#ifndef CASTLE_HOST_DEVICE_H
+#define CASTLE_HOST_DEVICE_H
+
+#include "castle/castle.h"
+
+#include <stdbool.h>
+
+typedef struct castle_device_info {
+    char name[256];
+    char vendor[256];
+    char driver_version[256];
+    char device_version[256];
+    char platform_version[256];
+    char platform_name[256];
+    cl_device_type type;
+    cl_uint compute_units;
+    cl_ulong local_mem_size;
+    size_t max_work_group_size;
+    cl_ulong global_mem_size;
+    cl_ulong max_alloc_size;
+    bool fp16, fp64;
+    int cl_major, cl_minor;
+} castle_device_info;
+castle_status castle__query_device(cl_device_id device, castle_device_info *info);
+
+#endif

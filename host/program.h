@@ -1,0 +1,38 @@
+/* Kernel programs: assembly, lazy compilation, kernels by name (host/program.c). */
+#ifndef CASTLE_HOST_PROGRAM_H
+#define CASTLE_HOST_PROGRAM_H
+
+#include "castle/castle.h"
+
+/* One program per kernel family (one .cl file after common.cl) and tuning. */
+typedef enum castle_family {
+    CASTLE_FAMILY_FORWARD = 0, /* cl/forward.cl */
+    CASTLE_FAMILY_BACKWARD,    /* cl/backward.cl */
+    CASTLE_FAMILY_CACHE,       /* cl/cache.cl: prefill and decode with the UQ-KV cache */
+    CASTLE_FAMILY_CAUSAL,      /* cl/causal.cl: standard causal attention, the baseline */
+    CASTLE_FAMILY_COUNT
+} castle_family;
+
+#define CASTLE_MAX_PROGRAMS 16
+#define CASTLE_MAX_KERNELS 64
+typedef struct castle_program_slot {
+    castle_family family;
+    castle_tuning tuning;
+    cl_program program;
+} castle_program_slot;
+typedef struct castle_kernel_slot {
+    int program;      /* index into castle_context.programs */
+    const char *name; /* static string */
+    cl_kernel kernel;
+} castle_kernel_slot;
+
+/* Kernel `name` (a static string) of family f under the context's current tuning; the program is
+   built (or loaded from the on-disk binary cache) on first use, the kernel created once. */
+castle_status castle__get_kernel(castle_context *ctx, castle_family f, const char *name, cl_kernel *kernel);
+/* The assembled program source and build options of family f under t (malloc'd; caller frees). */
+castle_status castle__program_source(castle_family f, const castle_tuning *t, char **source, char **options);
+
+/* Embedded .cl sources (generated at build time). */
+const char *castle__embedded_source(const char *name);
+
+#endif

@@ -1,0 +1,59 @@
+/* The validated problem: one descriptor check for every call (lib/validate.c). */
+#ifndef CASTLE_LIB_VALIDATE_H
+#define CASTLE_LIB_VALIDATE_H
+
+#include "castle/castle.h"
+
+#include <stddef.h>
+
+/* Workspace regions, each for all batch entries x heads: D_j hi and lo parts as the forward leaves
+   them (Lpad x d), the backward's working copy of D (hi, lo) and dD (Lpad x d), the scaled masked
+   X[T_i, T_i] blocks (N x BLK x BLK) and the softmax state m, l (Lpad x 2). */
+typedef enum castle_ws_region {
+    CASTLE_WS_D_HI = 0,
+    CASTLE_WS_D_LO,
+    CASTLE_WS_W_HI,
+    CASTLE_WS_W_LO,
+    CASTLE_WS_DD,
+    CASTLE_WS_X,
+    CASTLE_WS_ML,
+    CASTLE_WS_COUNT
+} castle_ws_region;
+
+typedef struct castle_problem {
+    size_t B, H, L, d;
+    long W;
+    float scale;
+    size_t N, Lpad;                        /* blocks, padded length */
+    cl_ulong4 strides[CASTLE_TENSOR_COUNT]; /* batch, head, row, 0 */
+    size_t ws_floats;                       /* workspace size, floats */
+    size_t ws_off[8];                       /* region offsets, floats, indexed by castle_ws_region */
+} castle_problem;
+
+extern const char *const castle__tensor_names[CASTLE_TENSOR_COUNT];
+/* Checks the descriptor (shape, window, scale, strides, sizes) under the context's tuning and
+   fills p.  The one place a descriptor is validated. */
+castle_status castle__check_desc(const castle_context *ctx, const castle_attention_desc *desc, castle_problem *p);
+/* Checks that buf is a cl_mem of ctx holding `floats` floats (else too_small). */
+castle_status castle__check_buffer(const castle_context *ctx, cl_mem buf, size_t floats, const char *name,
+                                   castle_status too_small);
+/* Checks every tensor t with bit t of `used` set (non-NULL, this context's, large enough for its
+   layout) and the workspace, and that no output shares a buffer with another tensor or the workspace. */
+castle_status castle__check_buffers(const castle_context *ctx, const castle_problem *p,
+                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used, cl_mem workspace);
+/* Checks queue (non-NULL, same context and device) and the wait list. */
+castle_status castle__check_queue(const castle_context *ctx, cl_command_queue queue, cl_uint n, const cl_event *list);
+
+
+/* As castle__check_buffers, for calls without a workspace. */
+castle_status castle__check_tensors(const castle_context *ctx, const castle_problem *p,
+                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used);
+/* Checks that a prefill or decode descriptor (validated into p) matches the cache's batch, heads,
+   head_dim, window and scale (else CASTLE_ERR_SHAPE_MISMATCH). */
+castle_status castle__check_cache_desc(const castle_cache *c, const castle_attention_desc *desc,
+                                       const castle_problem *p);
+/* Checks a prefill or decode descriptor (validated into p) against the cache's batch, heads and
+   head_dim (else CASTLE_ERR_SHAPE_MISMATCH). */
+castle_status castle__check_kv_cache_desc(const castle_kv_cache *c, const castle_problem *p);
+
+#endif
