@@ -90,8 +90,14 @@ castle_status castle_context_create(cl_context cl_ctx, cl_device_id device, cast
         free(ctx);
         return st;
     }
+    st = castle__ctx_lock_init(ctx);
+    if (st != CASTLE_SUCCESS) {
+        free(ctx);
+        return st;
+    }
     cl_int err = clRetainContext(cl_ctx);
     if (err != CL_SUCCESS) {
+        castle__ctx_lock_destroy(ctx);
         free(ctx);
         return castle__cl_fail(err, "clRetainContext");
     }
@@ -226,14 +232,27 @@ void castle_context_destroy(castle_context *ctx)
         clReleaseCommandQueue(ctx->own_queue);
     clReleaseDevice(ctx->device);
     clReleaseContext(ctx->cl_ctx);
-    free(ctx->build_log);
+    for (castle_log *l = ctx->logs, *next; l; l = next) {
+        next = l->older;
+        free(l);
+    }
+    castle__ctx_lock_destroy(ctx);
     free(ctx);
 }
 
 cl_command_queue castle_context_queue(const castle_context *ctx) { return ctx ? ctx->own_queue : NULL; }
 cl_device_id castle_context_device(const castle_context *ctx) { return ctx ? ctx->device : NULL; }
 cl_context castle_context_cl_context(const castle_context *ctx) { return ctx ? ctx->cl_ctx : NULL; }
-const char *castle_build_log(const castle_context *ctx) { return ctx && ctx->build_log ? ctx->build_log : ""; }
+const char *castle_build_log(const castle_context *ctx)
+{
+    if (!ctx)
+        return "";
+    castle_context *c = (castle_context *)ctx; /* the lock is the one mutable part of a const context */
+    castle__ctx_lock(c);
+    const char *log = c->logs ? c->logs->text : "";
+    castle__ctx_unlock(c);
+    return log;
+}
 
 castle_status castle_context_get_tuning(const castle_context *ctx, castle_tuning *out)
 {
@@ -242,7 +261,10 @@ castle_status castle_context_get_tuning(const castle_context *ctx, castle_tuning
         return castle__fail(CASTLE_ERR_NULL_CONTEXT, "castle_context_get_tuning: context is NULL");
     if (!out)
         return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_context_get_tuning: out is NULL");
-    *out = ctx->tuning;
+    castle_context *c = (castle_context *)ctx;
+    castle__ctx_lock(c);
+    *out = c->tuning;
+    castle__ctx_unlock(c);
     return CASTLE_SUCCESS;
 }
 
@@ -260,8 +282,10 @@ castle_status castle_context_set_tuning(castle_context *ctx, const castle_tuning
     castle_status st = castle__tuning_check(&t, &ctx->info);
     if (st != CASTLE_SUCCESS)
         return st;
+    castle__ctx_lock(ctx);
     ctx->tuning = t;
     ctx->tuning_name = "api";
+    castle__ctx_unlock(ctx);
     return CASTLE_SUCCESS;
 }
 

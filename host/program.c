@@ -79,15 +79,19 @@ castle_status castle__program_source(castle_family f, const castle_tuning *t, ch
     return CASTLE_SUCCESS;
 }
 
-static void set_log(castle_context *ctx, const char *text)
+/* Makes text the context's newest build log (the caller holds the lock).  A log equal to the
+   newest is not stored twice, so a build that keeps failing the same way does not grow the list. */
+static void set_log(castle_context *ctx, const char *text, size_t n)
 {
-    size_t n = strlen(text);
-    char *log = malloc(n + 1);
+    if (ctx->logs && strlen(ctx->logs->text) == n && !memcmp(ctx->logs->text, text, n))
+        return;
+    castle_log *log = malloc(sizeof *log + n + 1);
     if (!log)
         return;
-    memcpy(log, text, n + 1);
-    free(ctx->build_log);
-    ctx->build_log = log;
+    memcpy(log->text, text, n);
+    log->text[n] = '\0';
+    log->older = ctx->logs;
+    ctx->logs = log;
 }
 
 static void keep_log(castle_context *ctx, cl_program prog)
@@ -101,8 +105,8 @@ static void keep_log(castle_context *ctx, cl_program prog)
     if (n == 0 || clGetProgramBuildInfo(prog, ctx->device, CL_PROGRAM_BUILD_LOG, n, log, NULL) != CL_SUCCESS)
         n = 0;
     log[n] = '\0';
-    free(ctx->build_log);
-    ctx->build_log = log;
+    set_log(ctx, log, strlen(log));
+    free(log);
 }
 
 /* Tries the binary cache; returns a built program or NULL. */
@@ -162,7 +166,8 @@ static castle_status get_program(castle_context *ctx, castle_family f, int *inde
     cl_int err = CL_SUCCESS;
     cl_program prog = from_cache(ctx, key, nkey);
     if (prog) {
-        set_log(ctx, "program binary loaded from the on-disk cache; nothing compiled\n");
+        static const char cached[] = "program binary loaded from the on-disk cache; nothing compiled\n";
+        set_log(ctx, cached, sizeof cached - 1);
     } else {
         const char *srcs[1] = {src};
         prog = clCreateProgramWithSource(ctx->cl_ctx, 1, srcs, NULL, &err);
@@ -193,7 +198,7 @@ static castle_status get_program(castle_context *ctx, castle_family f, int *inde
     return CASTLE_SUCCESS;
 }
 
-castle_status castle__get_kernel(castle_context *ctx, castle_family f, const char *name, cl_kernel *kernel)
+static castle_status get_kernel(castle_context *ctx, castle_family f, const char *name, cl_kernel *kernel)
 {
     int prog = 0;
     castle_status st = get_program(ctx, f, &prog);
@@ -216,4 +221,12 @@ castle_status castle__get_kernel(castle_context *ctx, castle_family f, const cha
     ks->kernel = k;
     *kernel = k;
     return CASTLE_SUCCESS;
+}
+
+castle_status castle__get_kernel(castle_context *ctx, castle_family f, const char *name, cl_kernel *kernel)
+{
+    castle__ctx_lock(ctx);
+    castle_status st = get_kernel(ctx, f, name, kernel);
+    castle__ctx_unlock(ctx);
+    return st;
 }
