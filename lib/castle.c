@@ -15,23 +15,28 @@ const char *castle_version_string(void)
     return STR(CASTLE_VERSION_MAJOR) "." STR(CASTLE_VERSION_MINOR) "." STR(CASTLE_VERSION_PATCH);
 }
 
-void castle_attention_desc_init(castle_attention_desc *desc, size_t batch, size_t heads, size_t seq_len,
-                                size_t head_dim)
+castle_status castle_attention_desc_init_sized(castle_attention_desc *desc, size_t struct_size, size_t batch,
+                                               size_t heads, size_t seq_len, size_t head_dim)
 {
-    if (!desc)
-        return;
+    castle__clear_error();
+    castle_status st = castle__check_desc_size(desc, struct_size, "castle_attention_desc_init");
+    if (st != CASTLE_SUCCESS)
+        return st;
     memset(desc, 0, sizeof *desc);
     desc->struct_size = sizeof *desc;
     desc->batch = batch;
     desc->heads = heads;
     desc->seq_len = seq_len;
     desc->head_dim = head_dim;
+    return CASTLE_SUCCESS;
 }
 
-void castle_attention_desc_set_blhd(castle_attention_desc *desc)
+castle_status castle_attention_desc_set_blhd(castle_attention_desc *desc)
 {
-    if (!desc)
-        return;
+    castle__clear_error();
+    castle_status st = castle__check_desc_size(desc, desc ? desc->struct_size : 0, "castle_attention_desc_set_blhd");
+    if (st != CASTLE_SUCCESS)
+        return st;
     const size_t d = desc->head_dim, H = desc->heads, L = desc->seq_len;
     for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t) {
         if (t == CASTLE_TENSOR_LSE)
@@ -40,6 +45,7 @@ void castle_attention_desc_set_blhd(castle_attention_desc *desc)
         desc->layout[t].head_stride = d;
         desc->layout[t].batch_stride = L * H * d;
     }
+    return CASTLE_SUCCESS;
 }
 
 castle_status castle_forward_workspace_size(const castle_context *ctx, const castle_attention_desc *desc,

@@ -66,16 +66,28 @@ static bool layout_disjoint(const castle_layout *l, size_t B, size_t H, size_t L
     return true;
 }
 
+castle_status castle__check_desc_size(const castle_attention_desc *desc, size_t struct_size, const char *who)
+{
+    if (!desc)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "%s: the attention descriptor is NULL", who);
+    /* One version of the struct so far: every other size is a caller built against another header. */
+    if (struct_size != sizeof(castle_attention_desc))
+        return castle__fail(CASTLE_ERR_DESC_VERSION,
+                            "%s: descriptor struct_size is %zu, this library knows %zu; fill it with "
+                            "castle_attention_desc_init",
+                            who, struct_size, sizeof(castle_attention_desc));
+    return CASTLE_SUCCESS;
+}
+
 castle_status castle__check_desc(const castle_context *ctx, const castle_attention_desc *desc, castle_problem *p)
 {
     if (!ctx)
         return castle__fail(CASTLE_ERR_NULL_CONTEXT, "the castle_context is NULL");
     if (!desc)
         return castle__fail(CASTLE_ERR_NULL_POINTER, "the attention descriptor is NULL");
-    if (desc->struct_size != sizeof(castle_attention_desc))
-        return castle__fail(CASTLE_ERR_DESC_VERSION,
-                            "descriptor struct_size is %zu, this library expects %zu; use castle_attention_desc_init",
-                            desc->struct_size, sizeof(castle_attention_desc));
+    castle_status st = castle__check_desc_size(desc, desc->struct_size, "the attention descriptor");
+    if (st != CASTLE_SUCCESS)
+        return st;
     memset(p, 0, sizeof *p);
     p->B = desc->batch;
     p->H = desc->heads;

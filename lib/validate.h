@@ -31,6 +31,9 @@ typedef struct castle_problem {
 } castle_problem;
 
 extern const char *const castle__tensor_names[CASTLE_TENSOR_COUNT];
+/* desc non-NULL and struct_size (the caller's sizeof) a descriptor version this library knows;
+   `who` names the caller in the message. */
+castle_status castle__check_desc_size(const castle_attention_desc *desc, size_t struct_size, const char *who);
 /* Checks the descriptor (shape, window, scale, strides, sizes) under the context's tuning and
    fills p.  The one place a descriptor is validated. */
 castle_status castle__check_desc(const castle_context *ctx, const castle_attention_desc *desc, castle_problem *p);

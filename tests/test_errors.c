@@ -355,6 +355,51 @@ START_TEST(test_desc_version)
 }
 END_TEST
 
+/* castle_attention_desc_init takes the caller's sizeof: a caller built against a header whose struct
+   is smaller or larger than this library's gets CASTLE_ERR_DESC_VERSION and not one byte of its
+   memory is written; set_blhd checks the size the same way. */
+START_TEST(test_desc_init_size)
+{
+    enum { SLACK = 64, FILL = 0xA5 };
+    const size_t n = sizeof(castle_attention_desc);
+    const size_t sizes[] = {0, 1, n - sizeof(size_t), n + sizeof(size_t), n + SLACK, SIZE_MAX};
+    union { /* the caller's struct of another version */
+        castle_attention_desc desc;
+        unsigned char bytes[sizeof(castle_attention_desc) + SLACK];
+    } mem;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+        memset(&mem, FILL, sizeof mem);
+        char what[96];
+        snprintf(what, sizeof what, "castle_attention_desc_init_sized(struct_size=%zu)", sizes[i]);
+        check_status(castle_attention_desc_init_sized(&mem.desc, sizes[i], 2, 3, 40, 8),
+                     CASTLE_ERR_DESC_VERSION, "struct_size", what);
+        for (size_t b = 0; b < sizeof mem.bytes; ++b)
+            ck_assert_msg(mem.bytes[b] == FILL, "%s wrote byte %zu", what, b);
+    }
+    /* The macro passes this header's size: accepted, every field set. */
+    castle_attention_desc d;
+    memset(&d, FILL, sizeof d);
+    check_status(castle_attention_desc_init(&d, 2, 3, 40, 8), CASTLE_SUCCESS, NULL, "castle_attention_desc_init");
+    ck_assert(d.struct_size == n && d.batch == 2 && d.heads == 3 && d.seq_len == 40 && d.head_dim == 8);
+    ck_assert(d.window == 0 && d.scale == 0.0f);
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
+        ck_assert(d.layout[t].batch_stride == 0 && d.layout[t].head_stride == 0 && d.layout[t].row_stride == 0);
+    check_status(castle_attention_desc_init_sized(&d, n, 1, 1, 7, 4), CASTLE_SUCCESS, NULL, "init_sized(sizeof)");
+    ck_assert(d.seq_len == 7 && d.head_dim == 4);
+    /* set_blhd: an unknown struct_size changes nothing; the known one sets (B, L, H, d). */
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+        castle_attention_desc e = d;
+        e.struct_size = sizes[i];
+        check_status(castle_attention_desc_set_blhd(&e), CASTLE_ERR_DESC_VERSION, "struct_size", "set_blhd");
+        e.struct_size = d.struct_size;
+        ck_assert_msg(memcmp(&e, &d, sizeof d) == 0, "set_blhd wrote a descriptor of struct_size %zu", sizes[i]);
+    }
+    check_status(castle_attention_desc_set_blhd(&d), CASTLE_SUCCESS, NULL, "set_blhd");
+    ck_assert(d.layout[CASTLE_TENSOR_QU].row_stride == 4 && d.layout[CASTLE_TENSOR_QU].head_stride == 4 &&
+              d.layout[CASTLE_TENSOR_QU].batch_stride == 7 * 4);
+}
+END_TEST
+
 START_TEST(test_null_buffer)
 {
     fx f;
@@ -1314,8 +1359,10 @@ START_TEST(test_null_tolerant)
     ck_assert(castle_context_device(NULL) == NULL);
     ck_assert(castle_context_cl_context(NULL) == NULL);
     ck_assert(castle_build_log(NULL) != NULL && castle_build_log(NULL)[0] == '\0');
-    castle_attention_desc_init(NULL, 1, 1, 1, 1);
-    castle_attention_desc_set_blhd(NULL);
+    check_status(castle_attention_desc_init(NULL, 1, 1, 1, 1), CASTLE_ERR_NULL_POINTER, "descriptor",
+                 "castle_attention_desc_init(NULL)");
+    check_status(castle_attention_desc_set_blhd(NULL), CASTLE_ERR_NULL_POINTER, "descriptor",
+                 "castle_attention_desc_set_blhd(NULL)");
 }
 END_TEST
 
@@ -1411,6 +1458,7 @@ Suite *errors_suite(void)
     tcase_add_test(tc, test_null_context);
     tcase_add_test(tc, test_null_desc);
     tcase_add_test(tc, test_desc_version);
+    tcase_add_test(tc, test_desc_init_size);
     tcase_add_loop_test(tc, test_null_buffer, 0, NBUF);
     tcase_add_test(tc, test_null_queue);
     tcase_add_loop_test(tc, test_zero_size, 0, 4);

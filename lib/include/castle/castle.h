@@ -177,7 +177,7 @@ typedef struct castle_layout {
 } castle_layout;
 
 typedef struct castle_attention_desc {
-    size_t struct_size; /* sizeof(castle_attention_desc); set by castle_attention_desc_init */
+    size_t struct_size; /* sizeof(castle_attention_desc) as the caller compiled it: set by castle_attention_desc_init */
     size_t batch;
     size_t heads;
     size_t seq_len;     /* L */
@@ -187,11 +187,20 @@ typedef struct castle_attention_desc {
     castle_layout layout[CASTLE_TENSOR_COUNT];
 } castle_attention_desc;
 
-/* Fills struct_size, the shape, window 0, scale 0 and packed layouts. */
-CASTLE_API void castle_attention_desc_init(castle_attention_desc *desc, size_t batch, size_t heads,
-                                           size_t seq_len, size_t head_dim);
-/* Sets every (B, H, L, d) tensor's layout to (B, L, H, d) packed (LSE stays (B, H, L)). */
-CASTLE_API void castle_attention_desc_set_blhd(castle_attention_desc *desc);
+/* Fills a descriptor: struct_size, the shape, window 0, scale 0 and packed layouts.  struct_size is
+   the size of the caller's castle_attention_desc, as the caller was compiled: the macro
+   castle_attention_desc_init passes it, and a binding through an FFI passes the size of its own
+   struct.  A size this library does not know (a caller built against another version of this
+   header) gets CASTLE_ERR_DESC_VERSION and nothing is written, so the library never writes past the
+   caller's struct.  NULL desc: CASTLE_ERR_NULL_POINTER. */
+CASTLE_API castle_status castle_attention_desc_init_sized(castle_attention_desc *desc, size_t struct_size,
+                                                          size_t batch, size_t heads, size_t seq_len,
+                                                          size_t head_dim);
+#define castle_attention_desc_init(desc, batch, heads, seq_len, head_dim) \
+    castle_attention_desc_init_sized((desc), sizeof(castle_attention_desc), (batch), (heads), (seq_len), (head_dim))
+/* Sets every (B, H, L, d) tensor's layout to (B, L, H, d) packed (LSE stays (B, H, L)).  A desc whose
+   struct_size this library does not know: CASTLE_ERR_DESC_VERSION, nothing written. */
+CASTLE_API castle_status castle_attention_desc_set_blhd(castle_attention_desc *desc);
 
 /* ---- Forward pass ------------------------------------------------------------------------- */
 /* Bytes of workspace castle_forward and castle_backward need for this descriptor on this context
