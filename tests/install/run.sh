@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install-and-link test: installs the build tree into a temporary prefix, then builds the README's
 # example (extracted from README.md, so the README cannot drift) three ways: find_package with the
-# shared library, find_package with the static library, and pkg-config; runs each.
+# shared library, find_package with the static library, and pkg-config; runs each.  Then moves the
+# prefix elsewhere and runs an installed tool from it, without LD_LIBRARY_PATH: the tools find the
+# library through their install RPATH ($ORIGIN/../lib), wherever the prefix lies.
 # usage: run.sh <build-dir> <source-dir>
 set -euo pipefail
 build=$1
@@ -25,4 +27,14 @@ export PKG_CONFIG_PATH="$libdir"
 cc -std=c11 -Wall -Wextra -Werror "$work/consumer/example.c" -o "$work/example_pc" $(pkg-config --cflags --libs castle) \
     -Wl,-rpath,"$(pkg-config --variable=libdir castle)"
 "$work/example_pc"
-echo "install-and-link: shared, static and pkg-config builds ran"
+mv "$work/prefix" "$work/moved"
+tools=$(ls "$work/moved/bin")
+[ -n "$tools" ] || { echo "no tools installed (configure with CASTLE_BUILD_TOOLS=ON)"; exit 1; }
+for t in $tools; do # every installed tool resolves the installed library
+    deps=$(env -u LD_LIBRARY_PATH ldd "$work/moved/bin/$t")
+    grep -q "libcastle\.so[^ ]* => $work/moved/" <<<"$deps" || { echo "$t does not load libcastle from its prefix:"; echo "$deps"; exit 1; }
+done
+env -u LD_LIBRARY_PATH "$work/moved/bin/castle-run" random --shape 1,2,40,8 --out "$work/in"
+env -u LD_LIBRARY_PATH "$work/moved/bin/castle-run" forward --in "$work/in" --out "$work/out"
+test -s "$work/out/o.npy" && test -s "$work/out/lse.npy" || { echo "installed castle-run wrote no outputs"; exit 1; }
+echo "install-and-link: shared, static and pkg-config builds ran; installed castle-run ran from a moved prefix"
