@@ -1,5 +1,5 @@
-/* The library context: device, tuning, programs and kernels (host/device.c, host/program.c), and
- * its lock (host/lock.c). */
+/* The library context: device, tuning, programs and kernels (lib/context.c, host/device.c,
+ * host/program.c), and its lock (host/lock.c). */
 #ifndef CASTLE_HOST_CONTEXT_H
 #define CASTLE_HOST_CONTEXT_H
 

@@ -1,6 +1,6 @@
-/* Error reporting (host/error.c): the per-thread message behind castle_last_error(). */
-#ifndef CASTLE_HOST_ERROR_H
-#define CASTLE_HOST_ERROR_H
+/* Error reporting (lib/error.c): the per-thread message behind castle_last_error(). */
+#ifndef CASTLE_LIB_ERROR_H
+#define CASTLE_LIB_ERROR_H
 
 #include "castle/castle.h"
 
