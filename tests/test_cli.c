@@ -3,10 +3,11 @@
  *
  *   forward   inputs written from h_value, outputs compared with the fp64 reference per (b, h)
  *             slice (tests/tolerance.h measure), for the default, --window and --scale;
- *   --repeat  prints median_ms=<positive>;
+ *   --repeat  prints median_ms=<positive> clock=device|host;
  *   random    shape, range, determinism per seed;
- *   errors    malformed .npy inputs (crafted byte by byte here) and usage errors exit 2 with a
- *             message naming the problem; library failures (head dim 300, no such device) exit 1.
+ *   errors    malformed .npy inputs (crafted byte by byte here), usage errors (--scale inf, a
+ *             malformed --device) and unsupported inputs (head dim 300) exit 2 with a message naming
+ *             the problem; library failures (no such device) exit 1.
  *
  * Everything lives under one mkdtemp() directory that main() creates before the runner forks and
  * removes afterwards, so a failing test leaves nothing behind. */
@@ -417,8 +418,10 @@ START_TEST(test_repeat_prints_median)
     ck_assert_msg(p, "stdout has no line median_ms=...:\n%s", r.out);
     char *end;
     const double ms = strtod(p + strlen("median_ms="), &end);
-    ck_assert_msg(end != p + strlen("median_ms=") && (*end == '\n' || *end == '\0'), "malformed line in stdout:\n%s",
-                  r.out);
+    ck_assert_msg(end != p + strlen("median_ms=") &&
+                      (!strncmp(end, " clock=device\n", 14) || !strncmp(end, " clock=host\n", 12)),
+                  "malformed line in stdout (expected median_ms=<ms> clock=device|host):\n%s", r.out);
+    /* positive on either clock: a device whose profiling times are zero falls back to the host's */
     ck_assert_msg(isfinite(ms) && ms > 0, "median_ms=%g is not a positive number", ms);
     join(path, out, "o.npy");
     ck_assert_msg(exists(path), "--repeat run wrote no o.npy");
@@ -725,7 +728,12 @@ static const usage_case usage_cases[] = {
     {"missing --out", "--out DIR is required", {"forward", "--in", "@in"}},
     {"--window -1", "--window needs an integer >= 0", {"forward", "--in", "@in", "--out", "@out", "--window", "-1"}},
     {"--repeat 0", "--repeat needs an integer in 1..100000", {"forward", "--in", "@in", "--out", "@out", "--repeat", "0"}},
-    {"--scale -1", "--scale needs a number >= 0", {"forward", "--in", "@in", "--out", "@out", "--scale", "-1"}},
+    {"--scale -1", "--scale needs a finite number >= 0", {"forward", "--in", "@in", "--out", "@out", "--scale", "-1"}},
+    {"--scale inf", "--scale needs a finite number >= 0", {"forward", "--in", "@in", "--out", "@out", "--scale", "inf"}},
+    {"--scale nan", "--scale needs a finite number >= 0", {"forward", "--in", "@in", "--out", "@out", "--scale", "nan"}},
+    {"--device 1:x", "--device needs P:D", {"forward", "--in", "@in", "--out", "@out", "--device", "1:x"}},
+    {"--device -1", "--device needs P:D", {"decode", "--in", "@in", "--out", "@out", "--prompt", "1", "--device", "-1"}},
+    {"a stray argument", "unexpected argument 'stray'", {"forward", "--in", "@in", "--out", "@out", "stray"}},
     {"option without its value", "option '--window' needs a value", {"forward", "--in", "@in", "--out", "@out", "--window"}},
     {"--shape 1,2,3", "--shape needs four positive integers", {"random", "--shape", "1,2,3", "--out", "@out"}},
     {"--shape with a zero", "--shape needs four positive integers", {"random", "--shape", "1,0,3,4", "--out", "@out"}},
@@ -807,8 +815,8 @@ START_TEST(test_head_dim_too_large)
     free(write_inputs(in, 6, (const size_t[4]){1, 1, 3, 300}));
     cli_result r;
     CLI(&r, dir, "forward", "--in", in, "--out", out);
-    expect(&r, 1, "head_dim", "head dim 300");
-    expect(&r, 1, "300", "head dim 300");
+    expect(&r, 2, "head dim d = 300", "head dim 300");
+    expect(&r, 2, "1..256", "head dim 300");
     cli_free(&r);
 }
 END_TEST

@@ -2,17 +2,20 @@
  *
  * One warm-up, then the median of --repeat runs; each run is timed from a marker enqueued before it
  * to the end of its last launch (OpenCL profiling events), so host work and other processes' CPU
- * time do not count, but launch gaps on the device do.  One line per measurement:
- *   op=forward impl=castle B=1 H=8 L=2048 d=64 W=0 median_ms=... gflops=...
+ * time do not count, but launch gaps on the device do; where the device gives no profiling times,
+ * host wall-clock to clFinish instead (tools/tool.h), and clock= says which.  One line per measurement:
+ *   op=forward impl=castle B=1 H=8 L=2048 d=64 W=0 median_ms=... gflops=... clock=device
  * Nominal FLOPs per batch entry and head (SPEC section 6): causal forward 2 d L^2, CASTLE forward
  * 5 d L^2 (CASTLE-SWL is charged the same, so its GFLOP/s reads as CASTLE-equivalent work per second),
  * backward 2.5x the forward, prefill as the forward; decode of the token at position t: 4 d t
  * (causal) and 10 d t (CASTLE), per token.  op=gemm impl=clblast: CLBlast SGEMM n x n x n, 2 n^3. */
 #define _POSIX_C_SOURCE 200809L
 #include "castle/castle.h"
+#include "tool.h"
 
 #include <clblast_c.h>
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -40,7 +43,8 @@ static const char usage[] =
     "  --json             print the measurements as one JSON array instead of lines\n"
     "  -h, --help         this text\n"
     "\n"
-    "Lines look like: op=forward impl=castle B=1 H=8 L=2048 d=64 W=0 median_ms=12.345 gflops=67.8\n"
+    "Lines look like: op=forward impl=castle B=1 H=8 L=2048 d=64 W=0 median_ms=12.345 gflops=67.8 clock=device\n"
+    "(clock=device: OpenCL profiling times; clock=host: wall clock to clFinish, where the device gives none)\n"
     "exit status: 0 success, 1 library or device failure, 2 bad usage\n";
 
 enum { OP_FORWARD, OP_BACKWARD, OP_PREFILL, OP_DECODE, NOPS };
@@ -124,61 +128,76 @@ static int parse_args(int argc, char **argv, options *o)
     o->gemm = 1024;
     o->window = 512;
     o->repeat = 5;
-    for (int i = 1; i < argc; ++i) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    enum { O_DEVICE = 256, O_OPS, O_IMPLS, O_L, O_T, O_D, O_BATCH, O_HEADS, O_WINDOW, O_REPEAT, O_GEMM, O_JSON };
+    static const struct option longopts[] = {
+        {"device", required_argument, NULL, O_DEVICE}, {"ops", required_argument, NULL, O_OPS},
+        {"impls", required_argument, NULL, O_IMPLS},   {"L", required_argument, NULL, O_L},
+        {"t", required_argument, NULL, O_T},           {"d", required_argument, NULL, O_D},
+        {"batch", required_argument, NULL, O_BATCH},   {"heads", required_argument, NULL, O_HEADS},
+        {"window", required_argument, NULL, O_WINDOW}, {"repeat", required_argument, NULL, O_REPEAT},
+        {"gemm", required_argument, NULL, O_GEMM},     {"json", no_argument, NULL, O_JSON},
+        {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0}};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        const char *v = optarg;
+        size_t x = 0;
+        long unused;
+        switch (c) {
+        case 'h':
             fputs(usage, stdout);
             exit(0);
-        }
-        if (!strcmp(a, "--json")) {
+        case O_JSON:
             o->json = true;
-            continue;
-        }
-        static const char *const with_value[] = {"--device", "--ops", "--impls", "--L", "--t", "--d",
-                                                 "--batch",  "--heads", "--window", "--repeat", "--gemm"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; ++k)
-            known = known || !strcmp(a, with_value[k]);
-        if (!known)
-            return fail_usage("unknown option", a);
-        if (i + 1 >= argc)
-            return fail_usage("missing value for", a);
-        const char *v = argv[++i];
-        size_t x = 0;
-        if (!strcmp(a, "--device"))
+            break;
+        case O_DEVICE:
+            if (castle_parse_device_spec(v, &unused, &unused) != CASTLE_SUCCESS)
+                return fail_usage("--device takes P:D or a flat index N; got", v);
             o->device = v;
-        else if (!strcmp(a, "--ops")) {
+            break;
+        case O_OPS:
             if (!parse_names(v, op_names, NOPS, o->ops))
                 return fail_usage("--ops takes forward,backward,prefill,decode; got", v);
-        } else if (!strcmp(a, "--impls")) {
+            break;
+        case O_IMPLS:
             if (!parse_names(v, impl_names, NIMPLS, o->impls))
                 return fail_usage("--impls takes castle,swl,causal; got", v);
-        } else if (!strcmp(a, "--L")) {
+            break;
+        case O_L:
             if (!parse_list(v, o->L, &o->nL))
                 return fail_usage("--L takes a comma list of positive integers; got", v);
-        } else if (!strcmp(a, "--t")) {
+            break;
+        case O_T:
             if (!parse_list(v, o->t, &o->nt))
                 return fail_usage("--t takes a comma list of positive integers; got", v);
-        } else if (!parse_size(v, &x)) {
-            return fail_usage("expected a non-negative integer, got", v);
-        } else if (!strcmp(a, "--d")) {
-            o->d = x;
-        } else if (!strcmp(a, "--batch")) {
-            o->batch = x;
-        } else if (!strcmp(a, "--heads")) {
-            o->heads = x;
-        } else if (!strcmp(a, "--window")) {
-            if (x < 1)
+            break;
+        case ':':
+            return fail_usage("missing value for", argv[optind - 1]);
+        case '?':
+            return fail_usage("unknown option", argv[optind - 1]);
+        default: /* the options with one non-negative integer */
+            if (!parse_size(v, &x))
+                return fail_usage("expected a non-negative integer, got", v);
+            if (c == O_D)
+                o->d = x;
+            else if (c == O_BATCH)
+                o->batch = x;
+            else if (c == O_HEADS)
+                o->heads = x;
+            else if (c == O_GEMM)
+                o->gemm = x;
+            else if (c == O_WINDOW && x < 1)
                 return fail_usage("--window must be >= 1 (it is the CASTLE-SWL window), got", v);
-            o->window = (long)x;
-        } else if (!strcmp(a, "--repeat")) {
-            if (x < 1 || x > 1000)
+            else if (c == O_WINDOW)
+                o->window = (long)x;
+            else if (x < 1 || x > 1000)
                 return fail_usage("--repeat must be in 1..1000, got", v);
-            o->repeat = (long)x;
-        } else if (!strcmp(a, "--gemm")) {
-            o->gemm = x;
+            else
+                o->repeat = (long)x;
         }
     }
+    if (optind < argc)
+        return fail_usage("unexpected argument", argv[optind]);
     if (!o->d || !o->batch || !o->heads)
         return fail_usage("--d, --batch and --heads must be >= 1", "0");
     if (!o->nt) {
@@ -199,77 +218,41 @@ typedef struct bench {
 } bench;
 
 /* One run of an operation: enqueue after `wait` (one event), return the end event. */
-typedef castle_status (*run_fn)(void *state, cl_event wait, cl_event *end);
+typedef tool_run_fn run_fn;
 
-static int cmp_double(const void *a, const void *b)
+/* One warm-up, then the median of --repeat timed runs (tools/tool.h). */
+static castle_status measure(bench *bn, run_fn fn, void *state, tool_timing *t)
 {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    return tool_time(bn->q, fn, state, 1, bn->opt->repeat, t);
 }
 
-/* One warm-up, then the median over repeats of marker-start .. end-event-end, in ms.  *ms < 0 when
-   the device reports no profiling data. */
-static castle_status measure(bench *bn, run_fn fn, void *state, double *ms)
-{
-    const long n = bn->opt->repeat;
-    double t[1000];
-    cl_event end = NULL;
-    castle_status st = fn(state, NULL, &end);
-    if (st)
-        return st;
-    clWaitForEvents(1, &end);
-    clReleaseEvent(end);
-    for (long r = 0; r < n; ++r) {
-        cl_event start = NULL;
-        cl_int err = clEnqueueMarkerWithWaitList(bn->q, 0, NULL, &start);
-        if (err != CL_SUCCESS)
-            return (castle_status)err;
-        st = fn(state, start, &end);
-        if (st) {
-            clReleaseEvent(start);
-            return st;
-        }
-        clWaitForEvents(1, &end);
-        cl_ulong t0 = 0, t1 = 0;
-        err = clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
-        if (err == CL_SUCCESS)
-            err = clGetEventProfilingInfo(end, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
-        clReleaseEvent(start);
-        clReleaseEvent(end);
-        if (err != CL_SUCCESS)
-            return (castle_status)err;
-        t[r] = (double)(t1 - t0) * 1e-6;
-    }
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    *ms = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-    return CASTLE_SUCCESS;
-}
-
-static void report(bench *bn, const char *op, const char *impl, size_t L, long W, double ms, double flops)
+static void report(bench *bn, const char *op, const char *impl, size_t L, long W, const tool_timing *t,
+                   double flops)
 {
     const options *o = bn->opt;
-    const double gflops = flops / (ms * 1e-3) * 1e-9;
+    const double ms = t->ms, gflops = flops / (ms * 1e-3) * 1e-9;
     if (o->json) {
         printf("%s\n  {\"op\": \"%s\", \"impl\": \"%s\", \"B\": %zu, \"H\": %zu, \"%s\": %zu, \"d\": %zu, \"W\": %ld, "
-               "\"median_ms\": %.4f, \"gflops\": %.3f}",
+               "\"median_ms\": %.4f, \"gflops\": %.3f, \"clock\": \"%s\"}",
                bn->printed ? "," : "[", op, impl, o->batch, o->heads, strcmp(op, "decode") ? "L" : "t", L, o->d, W,
-               ms, gflops);
+               ms, gflops, t->clock);
     } else {
-        printf("op=%s impl=%s B=%zu H=%zu %s=%zu d=%zu W=%ld median_ms=%.4f gflops=%.3f\n", op, impl, o->batch,
-               o->heads, strcmp(op, "decode") ? "L" : "t", L, o->d, W, ms, gflops);
+        printf("op=%s impl=%s B=%zu H=%zu %s=%zu d=%zu W=%ld median_ms=%.4f gflops=%.3f clock=%s\n", op, impl,
+               o->batch, o->heads, strcmp(op, "decode") ? "L" : "t", L, o->d, W, ms, gflops, t->clock);
     }
     fflush(stdout);
     ++bn->printed;
 }
 
-static void report_gemm(bench *bn, size_t n, double ms)
+static void report_gemm(bench *bn, size_t n, const tool_timing *t)
 {
-    const double gflops = 2.0 * (double)n * (double)n * (double)n / (ms * 1e-3) * 1e-9;
+    const double ms = t->ms, gflops = 2.0 * (double)n * (double)n * (double)n / (ms * 1e-3) * 1e-9;
     if (bn->opt->json)
-        printf("%s\n  {\"op\": \"gemm\", \"impl\": \"clblast\", \"n\": %zu, \"median_ms\": %.4f, \"gflops\": %.3f}",
-               bn->printed ? "," : "[", n, ms, gflops);
+        printf("%s\n  {\"op\": \"gemm\", \"impl\": \"clblast\", \"n\": %zu, \"median_ms\": %.4f, \"gflops\": %.3f, "
+               "\"clock\": \"%s\"}",
+               bn->printed ? "," : "[", n, ms, gflops, t->clock);
     else
-        printf("op=gemm impl=clblast n=%zu median_ms=%.4f gflops=%.3f\n", n, ms, gflops);
+        printf("op=gemm impl=clblast n=%zu median_ms=%.4f gflops=%.3f clock=%s\n", n, ms, gflops, t->clock);
     fflush(stdout);
     ++bn->printed;
 }
@@ -393,12 +376,7 @@ static castle_status run_decode(void *state, cl_event wait, cl_event *end)
                          WAIT1(wait), end);
 }
 
-static int lib_error(castle_status st, const char *what)
-{
-    fprintf(stderr, "castle-bench: %s failed: %s\n", what,
-            castle_last_error()[0] ? castle_last_error() : castle_status_string(st));
-    return 1;
-}
+static int lib_error(castle_status st, const char *what) { return tool_fail("castle-bench", st, what); }
 
 static double model_flops(int op, int impl, const options *o, size_t L)
 {
@@ -414,6 +392,26 @@ static double model_flops(int op, int impl, const options *o, size_t L)
     }
 }
 
+typedef struct gemm_state {
+    bench *bn;
+    size_t n;
+    cl_mem m[3];
+} gemm_state;
+
+static castle_status run_gemm(void *state, cl_event wait, cl_event *end)
+{
+    gemm_state *g = state;
+    const size_t n = g->n;
+    (void)wait; /* CLBlast takes no wait list; the in-order queue runs it after the marker anyway */
+    CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, n, n, n, 1.0f,
+                                       g->m[0], 0, n, g->m[1], 0, n, 0.0f, g->m[2], 0, n, &g->bn->q, end);
+    if (s != CLBlastSuccess) {
+        fprintf(stderr, "castle-bench: CLBlastSgemm failed with status %d\n", (int)s);
+        return CASTLE_ERR_INVALID_ARGUMENT;
+    }
+    return CASTLE_SUCCESS;
+}
+
 static int bench_gemm(bench *bn, size_t n)
 {
     cl_int err = CL_SUCCESS;
@@ -422,46 +420,26 @@ static int bench_gemm(bench *bn, size_t n)
         return lib_error(CASTLE_ERR_OUT_OF_HOST_MEMORY, "malloc");
     for (size_t i = 0; i < n * n; ++i)
         host[i] = (float)(i % 17) / 17.0f;
-    cl_mem m[3];
-    for (int k = 0; k < 3; ++k)
-        m[k] = clCreateBuffer(bn->clc, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * n * sizeof(float), host, &err);
+    gemm_state g = {bn, n, {NULL, NULL, NULL}};
+    for (int k = 0; k < 3 && err == CL_SUCCESS; ++k)
+        g.m[k] = clCreateBuffer(bn->clc, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * n * sizeof(float), host, &err);
     free(host);
-    int rc = 0;
-    double t[1000];
-    const long reps = bn->opt->repeat;
-    for (long r = -1; r < reps && !rc; ++r) { /* r = -1: warm-up (CLBlast compiles its kernels) */
-        cl_event start = NULL, end = NULL;
-        clEnqueueMarkerWithWaitList(bn->q, 0, NULL, &start);
-        CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, n, n, n,
-                                           1.0f, m[0], 0, n, m[1], 0, n, 0.0f, m[2], 0, n, &bn->q, &end);
-        if (s != CLBlastSuccess) {
-            fprintf(stderr, "castle-bench: CLBlastSgemm failed with status %d\n", (int)s);
-            rc = 1;
-        } else {
-            clWaitForEvents(1, &end);
-            cl_ulong t0 = 0, t1 = 0;
-            clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
-            clGetEventProfilingInfo(end, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
-            if (r >= 0)
-                t[r] = (double)(t1 - t0) * 1e-6;
-            clReleaseEvent(end);
-        }
-        clReleaseEvent(start);
-    }
+    tool_timing t;
+    castle_status st = err != CL_SUCCESS ? (castle_status)err : measure(bn, run_gemm, &g, &t); /* warm-up: CLBlast compiles */
     for (int k = 0; k < 3; ++k)
-        clReleaseMemObject(m[k]);
-    if (!rc) {
-        qsort(t, (size_t)reps, sizeof(double), cmp_double);
-        report_gemm(bn, n, reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]));
-    }
-    return rc;
+        if (g.m[k])
+            clReleaseMemObject(g.m[k]);
+    if (st)
+        return lib_error(st, "gemm");
+    report_gemm(bn, n, &t);
+    return 0;
 }
 
 static int bench_training(bench *bn, int op, int impl, size_t L)
 {
     problem p;
     castle_status st = problem_init(&p, bn, impl, L);
-    double ms = 0;
+    tool_timing ms;
     if (!st && op == OP_BACKWARD)
         st = run_forward(&p, NULL, NULL);
     if (!st && op == OP_PREFILL)
@@ -472,7 +450,7 @@ static int bench_training(bench *bn, int op, int impl, size_t L)
         st = measure(bn, fn, &p, &ms);
     }
     if (!st)
-        report(bn, op_names[op], impl_names[impl], L, p.desc.window, ms, model_flops(op, impl, bn->opt, L));
+        report(bn, op_names[op], impl_names[impl], L, p.desc.window, &ms, model_flops(op, impl, bn->opt, L));
     problem_release(&p);
     return st ? lib_error(st, op_names[op]) : 0;
 }
@@ -504,11 +482,11 @@ static int bench_decode(bench *bn, int impl, size_t t)
         clWaitForEvents(1, &done);
         clReleaseEvent(done);
     }
-    double ms = 0;
+    tool_timing ms;
     if (!st)
         st = measure(bn, run_decode, &s, &ms);
     if (!st)
-        report(bn, "decode", impl_names[impl], t, one.desc.window, ms, model_flops(OP_DECODE, impl, bn->opt, t));
+        report(bn, "decode", impl_names[impl], t, one.desc.window, &ms, model_flops(OP_DECODE, impl, bn->opt, t));
     size_t bytes = 0;
     if (!st && !bn->opt->json &&
         (impl == IMPL_CAUSAL ? castle_kv_cache_bytes(s.kv, &bytes) : castle_cache_bytes(one.cache, &bytes)) ==
@@ -528,9 +506,8 @@ int main(int argc, char **argv)
         return rc;
     bench bn = {0};
     bn.opt = &opt;
-    castle_status st = castle_context_create_default(opt.device, &bn.ctx);
-    if (st)
-        return lib_error(st, "opening the device");
+    if ((rc = tool_open_device("castle-bench", opt.device, &bn.ctx)))
+        return rc;
     bn.clc = castle_context_cl_context(bn.ctx);
     bn.q = castle_context_queue(bn.ctx);
     if (opt.gemm)

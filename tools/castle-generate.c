@@ -5,35 +5,19 @@
  * Creates a cache, prefills a prompt of P tokens, then decodes N tokens one call each, as a serving
  * loop does.  In a model each new token's six projections come from the previous token's output
  * through the layer's weights; here they are fixed random values, so the loop shows the calls, their
- * order and their cost.  Prints the cache size and the median time per decoded token: wall clock from
- * castle_decode until its output is ready (what the loop waits for), and device time (profiling).
+ * order and their cost.  Prints the cache size and the median time per decoded token (tools/tool.h):
+ * device time from profiling events (clock=device; clock=host where the device gives none), and the
+ * wall clock from castle_decode until its output is ready, what the loop waits for (wall_ms).
  * Exit status: 0 success, 1 library or device failure, 2 bad usage. */
 #define _POSIX_C_SOURCE 200809L
 #include "castle/castle.h"
+#include "tool.h"
 
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
-static int fail(castle_status st, const char *what)
-{
-    fprintf(stderr, "castle-generate: %s: %s\n", what,
-            castle_last_error()[0] ? castle_last_error() : castle_status_string(st));
-    return 1;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    return (*(const double *)a > *(const double *)b) - (*(const double *)a < *(const double *)b);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
+static int fail(castle_status st, const char *what) { return tool_fail("castle-generate", st, what); }
 
 /* A device buffer of n floats in [-1, 1). */
 static cl_mem random_buffer(cl_context cl, size_t n, unsigned seed)
@@ -48,33 +32,58 @@ static cl_mem random_buffer(cl_context cl, size_t n, unsigned seed)
     return m;
 }
 
+static const char usage[] = "usage: castle-generate [--prompt P] [--tokens N] [--heads H] [--dim d] [--window W] "
+                            "[--device P:D]\n";
+
+/* One decode step: the token's six projections in, its output out. */
+typedef struct step {
+    castle_context *ctx;
+    castle_cache *cache;
+    castle_attention_desc desc;
+    cl_mem *in, o;
+    cl_command_queue q;
+} step;
+
+static castle_status decode_one(void *state, cl_event wait, cl_event *end)
+{
+    step *s = state;
+    return castle_decode(s->ctx, s->cache, &s->desc, s->in[0], s->in[1], s->in[2], s->in[3], s->in[4], s->in[5], s->o,
+                         NULL, s->q, wait ? 1 : 0, wait ? &wait : NULL, end);
+}
+
 int main(int argc, char **argv)
 {
-    static const char *const keys[] = {"--prompt", "--tokens", "--heads", "--dim", "--window"};
-    long val[] = {128, 32, 8, 64, 0}; /* defaults, in the order of keys */
+    static const struct option longopts[] = {
+        {"prompt", required_argument, NULL, 0}, {"tokens", required_argument, NULL, 1},
+        {"heads", required_argument, NULL, 2},  {"dim", required_argument, NULL, 3},
+        {"window", required_argument, NULL, 4}, {"device", required_argument, NULL, 5},
+        {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0}};
+    long val[] = {128, 32, 8, 64, 0}; /* defaults, in the order of longopts */
     const char *device = NULL;
-    for (int i = 1; i < argc; ++i) {
-        int k = 0;
-        while (k < 5 && strcmp(argv[i], keys[k]))
-            ++k;
-        if (i + 1 < argc && !strcmp(argv[i], "--device"))
-            device = argv[++i];
-        else if (k < 5 && i + 1 < argc)
-            val[k] = strtol(argv[++i], NULL, 10);
-        else
-            return fprintf(stderr, "usage: castle-generate [--prompt P] [--tokens N] [--heads H] [--dim d] "
-                                   "[--window W] [--device P:D]\n"),
-                   2;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        char *end = NULL;
+        if (c == 'h')
+            return fputs(usage, stdout), 0;
+        if (c == 5)
+            device = optarg;
+        else if (c >= 0 && c < 5)
+            val[c] = strtol(optarg, &end, 10);
+        if (c == '?' || (end && (end == optarg || *end)))
+            return fprintf(stderr, "castle-generate: bad option or value '%s'\n%s", argv[optind - 1], usage), 2;
     }
+    if (optind < argc)
+        return fprintf(stderr, "castle-generate: unexpected argument '%s'\n%s", argv[optind], usage), 2;
     const long prompt = val[0], tokens = val[1], heads = val[2], dim = val[3], window = val[4];
     if (prompt < 1 || tokens < 1 || heads < 1 || dim < 1 || window < 0)
         return fprintf(stderr, "castle-generate: prompt, tokens, heads and dim must be >= 1, window >= 0\n"), 2;
     const size_t B = 1, H = (size_t)heads, d = (size_t)dim, P = (size_t)prompt, N = (size_t)tokens;
 
     castle_context *ctx = NULL;
-    castle_status st = castle_context_create_default(device, &ctx);
-    if (st)
-        return fail(st, "opening the device");
+    int rc = tool_open_device("castle-generate", device, &ctx);
+    if (rc)
+        return rc;
     cl_context cl = castle_context_cl_context(ctx);
     cl_command_queue q = castle_context_queue(ctx);
 
@@ -83,7 +92,8 @@ int main(int argc, char **argv)
     castle_attention_desc_init(&desc, B, H, P + N, d);
     desc.window = window;
     castle_cache *cache = NULL;
-    if ((st = castle_cache_create(ctx, &desc, &cache)))
+    castle_status st = castle_cache_create(ctx, &desc, &cache);
+    if (st)
         return castle_context_destroy(ctx), fail(st, "castle_cache_create");
 
     /* 2. Prefill: the prompt's six projections in, its outputs out, the cache filled. */
@@ -95,40 +105,23 @@ int main(int argc, char **argv)
     clFinish(q);
     const char *what = st ? "castle_prefill" : "castle_decode";
 
-    /* 3. Decode: one token per call; the next token needs this one's output, so wait for it. */
-    double *wall = malloc(N * sizeof(double)), *dev = malloc(N * sizeof(double));
-    desc.seq_len = 1; /* the first row of each prompt buffer stands in for the new token */
-    for (size_t i = 0; st == CASTLE_SUCCESS && i < N && wall && dev; ++i) {
-        cl_event start, done;
-        const double t0 = now_ms();
-        clEnqueueMarkerWithWaitList(q, 0, NULL, &start);
-        st = castle_decode(ctx, cache, &desc, in[0], in[1], in[2], in[3], in[4], in[5], o, NULL, q, 1, &start, &done);
-        if (st == CASTLE_SUCCESS) {
-            clWaitForEvents(1, &done);
-            wall[i] = now_ms() - t0;
-            cl_ulong a = 0, b = 0;
-            clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
-            clGetEventProfilingInfo(done, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
-            dev[i] = (double)(b - a) * 1e-6;
-            clReleaseEvent(done);
-        }
-        clReleaseEvent(start);
-    }
+    /* 3. Decode: one token per call; the next token needs this one's output, so the timer waits for
+       each (clFinish).  The first row of each prompt buffer stands in for the new token. */
+    step s = {ctx, cache, desc, in, o, q};
+    s.desc.seq_len = 1;
+    tool_timing t;
+    if (st == CASTLE_SUCCESS)
+        st = tool_time(q, decode_one, &s, 0, (long)N, &t);
     size_t bytes = 0, length = 0;
     castle_cache_bytes(cache, &bytes);
     castle_cache_lengths(cache, &length);
-    int rc = 0;
-    if (st != CASTLE_SUCCESS || !wall || !dev) {
-        rc = fail(st ? st : CASTLE_ERR_OUT_OF_HOST_MEMORY, what);
+    if (st != CASTLE_SUCCESS) {
+        rc = fail(st, what);
     } else {
-        qsort(wall, N, sizeof(double), cmp);
-        qsort(dev, N, sizeof(double), cmp);
         printf("heads=%zu d=%zu window=%ld prompt=%zu decoded=%zu length=%zu cache_bytes=%zu\n", H, d, window, P, N,
                length, bytes);
-        printf("decode per token: median wall_ms=%.3f device_ms=%.3f\n", wall[N / 2], dev[N / 2]);
+        printf("decode per token: median_ms=%.3f clock=%s wall_ms=%.3f\n", t.ms, t.clock, t.wall_ms);
     }
-    free(wall);
-    free(dev);
     for (int t = 0; t < 6; ++t)
         clReleaseMemObject(in[t]);
     clReleaseMemObject(o);

@@ -13,6 +13,7 @@
 #include "tolerance.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -379,28 +380,36 @@ int main(int argc, char **argv)
 {
     const char *spec = NULL;
     bool run_test = true;
-    for (int i = 1; i < argc; ++i) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    enum { O_VERSION = 256, O_NO_SELF_TEST, O_DEVICE };
+    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
+                                             {"version", no_argument, NULL, O_VERSION},
+                                             {"no-self-test", no_argument, NULL, O_NO_SELF_TEST},
+                                             {"device", required_argument, NULL, O_DEVICE},
+                                             {NULL, 0, NULL, 0}};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c == 'h') {
             usage(stdout);
             return EXIT_PASS;
-        } else if (!strcmp(a, "--version")) {
+        } else if (c == O_VERSION) {
             printf("castle-info (libcastle) %s\n", castle_version_string());
             return EXIT_PASS;
-        } else if (!strcmp(a, "--no-self-test")) {
+        } else if (c == O_NO_SELF_TEST) {
             run_test = false;
-        } else if (!strcmp(a, "--device")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "%s: --device needs an argument (P:D or N); try '%s --help'\n", prog, prog);
-                return EXIT_USAGE;
-            }
-            spec = argv[++i];
-        } else if (!strncmp(a, "--device=", 9)) {
-            spec = a + 9;
+        } else if (c == O_DEVICE) {
+            spec = optarg;
+        } else if (c == ':') {
+            fprintf(stderr, "%s: --device needs an argument (P:D or N); try '%s --help'\n", prog, prog);
+            return EXIT_USAGE;
         } else {
-            fprintf(stderr, "%s: unknown argument '%s'; try '%s --help'\n", prog, a, prog);
+            fprintf(stderr, "%s: unknown argument '%s'; try '%s --help'\n", prog, argv[optind - 1], prog);
             return EXIT_USAGE;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unknown argument '%s'; try '%s --help'\n", prog, argv[optind], prog);
+        return EXIT_USAGE;
     }
     long sel_p = -1, sel_d = -1;
     bool sel_flat = false;

@@ -10,8 +10,12 @@
 #define _POSIX_C_SOURCE 200809L
 #include "castle/castle.h"
 #include "npy.h"
+#include "tool.h"
 
 #include <errno.h>
+#include <float.h>
+#include <getopt.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,13 +49,17 @@ static const char usage[] =
     "  --seed S       (random) seed of the generator (default 1)\n"
     "  --prompt P     (decode) prompt length, 0..L (0: decode every position)\n"
     "  --chunk C      (decode) tokens per castle_decode call (default 1)\n"
-    "  --repeat N     after the run, one warm-up and N timed runs; prints median_ms=<device time of the\n"
-    "                 operation alone, from OpenCL profiling events>\n"
+    "  --repeat N     after the run, one warm-up and N timed runs; prints median_ms=<time of the operation\n"
+    "                 alone> clock=device (OpenCL profiling events), or clock=host (wall clock to clFinish,\n"
+    "                 where the device gives no profiling times)\n"
     "  -h, --help     this text\n"
     "\n"
     "exit status: 0 success, 1 library or device failure, 2 bad usage or malformed input\n";
 
-static const char *const in_names[6] = {"qu", "ku", "vu", "qc", "kc", "vc"};
+/* Names of the tensors, in castle_tensor order (the inputs are DIR/<name>.npy). */
+static const char *const tensor_names[CASTLE_TENSOR_COUNT] = {
+    "qu", "ku", "vu", "qc", "kc", "vc", "o", "lse", "do", "dqu", "dku", "dvu", "dqc", "dkc", "dvc"};
+#define in_names tensor_names
 
 typedef struct options {
     const char *cmd, *in, *out, *device;
@@ -79,6 +87,8 @@ static int parse_long(const char *s, long *v)
     return end != s && *end == '\0' && !errno;
 }
 
+enum { OPT_IN = 256, OPT_OUT, OPT_DEVICE, OPT_WINDOW, OPT_REPEAT, OPT_SCALE, OPT_SHAPE, OPT_SEED, OPT_PROMPT, OPT_CHUNK };
+
 static int parse_args(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
@@ -96,58 +106,80 @@ static int parse_args(int argc, char **argv, options *o)
     o->chunk = 1;
     if (strcmp(o->cmd, "forward") && strcmp(o->cmd, "backward") && !random && !decode)
         return usage_error("unknown command '%s' (supported: forward, backward, random, decode)", o->cmd);
-    for (int i = 2; i < argc; ++i) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    static const struct option longopts[] = {
+        {"in", required_argument, NULL, OPT_IN},         {"out", required_argument, NULL, OPT_OUT},
+        {"device", required_argument, NULL, OPT_DEVICE}, {"window", required_argument, NULL, OPT_WINDOW},
+        {"repeat", required_argument, NULL, OPT_REPEAT}, {"scale", required_argument, NULL, OPT_SCALE},
+        {"shape", required_argument, NULL, OPT_SHAPE},   {"seed", required_argument, NULL, OPT_SEED},
+        {"prompt", required_argument, NULL, OPT_PROMPT}, {"chunk", required_argument, NULL, OPT_CHUNK},
+        {"help", no_argument, NULL, 'h'},                {NULL, 0, NULL, 0}};
+    opterr = 0;
+    optind = 2;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        const char *v = optarg;
+        long lim;
+        switch (c) {
+        case 'h':
             fputs(usage, stdout);
             exit(0);
-        }
-        static const char *const known[] = {"--in",    "--out",   "--device", "--window", "--repeat",
-                                            "--scale", "--shape", "--seed",   "--prompt", "--chunk"};
-        bool is_known = false;
-        for (size_t q = 0; q < sizeof known / sizeof known[0]; ++q)
-            is_known = is_known || !strcmp(a, known[q]);
-        if (!is_known)
-            return usage_error("unknown option '%s'", a);
-        if (i + 1 >= argc)
-            return usage_error("option '%s' needs a value", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--in"))
+        case OPT_IN:
             o->in = v;
-        else if (!strcmp(a, "--out"))
+            break;
+        case OPT_OUT:
             o->out = v;
-        else if (!strcmp(a, "--device"))
+            break;
+        case OPT_DEVICE:
+            if (castle_parse_device_spec(v, &lim, &lim) != CASTLE_SUCCESS)
+                return usage_error("--device needs P:D (platform:device) or a flat index N, got '%s'", v);
             o->device = v;
-        else if (!strcmp(a, "--window")) {
+            break;
+        case OPT_WINDOW:
             if (!parse_long(v, &o->window) || o->window < 0)
                 return usage_error("--window needs an integer >= 0, got '%s'", v);
-        } else if (!strcmp(a, "--repeat")) {
+            break;
+        case OPT_REPEAT:
             if (!parse_long(v, &o->repeat) || o->repeat < 1 || o->repeat > 100000)
                 return usage_error("--repeat needs an integer in 1..100000, got '%s'", v);
-        } else if (!strcmp(a, "--scale")) {
+            break;
+        case OPT_SCALE: {
             char *end;
             o->scale = strtod(v, &end);
-            if (end == v || *end || !(o->scale >= 0))
-                return usage_error("--scale needs a number >= 0, got '%s'", v);
-        } else if (!strcmp(a, "--shape")) {
+            if (end == v || *end || !(o->scale >= 0) || !isfinite(o->scale) || o->scale > FLT_MAX)
+                return usage_error("--scale needs a finite number >= 0, got '%s'", v);
+            break;
+        }
+        case OPT_SHAPE: {
             int used = 0;
             if (sscanf(v, "%zu,%zu,%zu,%zu%n", &o->shape[0], &o->shape[1], &o->shape[2], &o->shape[3], &used) != 4 ||
                 v[used] || !o->shape[0] || !o->shape[1] || !o->shape[2] || !o->shape[3] || v[0] == '-')
                 return usage_error("--shape needs four positive integers B,H,L,d, got '%s'", v);
-        } else if (!strcmp(a, "--prompt")) {
+            break;
+        }
+        case OPT_PROMPT:
             if (!parse_long(v, &o->prompt) || o->prompt < 0)
                 return usage_error("--prompt needs an integer >= 0, got '%s'", v);
-        } else if (!strcmp(a, "--chunk")) {
+            break;
+        case OPT_CHUNK:
             if (!parse_long(v, &o->chunk) || o->chunk < 1)
                 return usage_error("--chunk needs an integer >= 1, got '%s'", v);
-        } else if (!strcmp(a, "--seed")) {
+            break;
+        case OPT_SEED: {
             char *end;
             errno = 0;
             o->seed = strtoull(v, &end, 10);
             if (end == v || *end || errno || v[0] == '-')
                 return usage_error("--seed needs a non-negative integer, got '%s'", v);
+            break;
+        }
+        case ':':
+            return usage_error("option '%s' needs a value", argv[optind - 1]);
+        default:
+            return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
     if (random) {
         if (!o->shape[0])
             return usage_error("%s", "random needs --shape B,H,L,d");
@@ -184,6 +216,11 @@ static int read_input(const char *dir, const char *name, size_t shape[4], npy_ar
                     shape[1], shape[2], shape[3]);
             return 2;
         }
+        if (shape[3] > CASTLE_MAX_HEAD_DIM) {
+            fprintf(stderr, "castle-run: %s: head dim d = %zu; libcastle supports 1..%d\n", path, shape[3],
+                    CASTLE_MAX_HEAD_DIM);
+            return 2;
+        }
     } else if (memcmp(shape, a->shape, 4 * sizeof(size_t))) {
         fprintf(stderr, "castle-run: %s: shape (%zu, %zu, %zu, %zu) disagrees with qu.npy (%zu, %zu, %zu, %zu)\n", path,
                 a->shape[0], a->shape[1], a->shape[2], a->shape[3], shape[0], shape[1], shape[2], shape[3]);
@@ -192,80 +229,60 @@ static int read_input(const char *dir, const char *name, size_t shape[4], npy_ar
     return 0;
 }
 
-static int lib_error(castle_status st, const char *what)
-{
-    fprintf(stderr, "castle-run: %s failed: %s\n", what, castle_last_error()[0] ? castle_last_error() : castle_status_string(st));
-    return 1;
-}
+static int lib_error(castle_status st, const char *what) { return tool_fail("castle-run", st, what); }
 
-static int cmp_double(const void *a, const void *b)
+/* A device buffer of `bytes`, initialised from host when given; on failure says which buffer and how
+   large (the usual reason: the device's max allocation or memory). */
+static cl_mem new_buffer(cl_context clc, const char *name, size_t bytes, void *host, int *rc)
 {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    cl_int err = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(clc, host ? CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE, bytes, host,
+                              &err);
+    if (!m) {
+        fprintf(stderr, "castle-run: could not allocate the device buffer %s of %zu bytes: %s\n", name, bytes,
+                castle_status_string((castle_status)err));
+        *rc = 1;
+    }
+    return m;
 }
 
 /* The buffers of one forward (+ backward) problem, indexed by castle_tensor, and the workspace. */
 typedef struct job {
     castle_context *ctx;
+    cl_command_queue q;
     castle_attention_desc desc;
     cl_mem buf[CASTLE_TENSOR_COUNT], ws;
     castle_cache *cache; /* decode */
 } job;
 
-typedef castle_status (*op_fn)(job *j, cl_command_queue q, cl_uint nwait, const cl_event *wait, cl_event *ev);
+#define WAIT1(w) ((w) ? 1u : 0u), ((w) ? &(w) : NULL)
 
-static castle_status op_forward(job *j, cl_command_queue q, cl_uint nwait, const cl_event *wait, cl_event *ev)
+static castle_status op_forward(void *state, cl_event wait, cl_event *ev)
 {
+    job *j = state;
     cl_mem *b = j->buf;
     return castle_forward(j->ctx, &j->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[CASTLE_TENSOR_O],
-                          b[CASTLE_TENSOR_LSE], j->ws, q, nwait, wait, ev);
+                          b[CASTLE_TENSOR_LSE], j->ws, j->q, WAIT1(wait), ev);
 }
 
-static castle_status op_backward(job *j, cl_command_queue q, cl_uint nwait, const cl_event *wait, cl_event *ev)
+static castle_status op_backward(void *state, cl_event wait, cl_event *ev)
 {
+    job *j = state;
     cl_mem *b = j->buf;
     return castle_backward(j->ctx, &j->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[CASTLE_TENSOR_O],
                            b[CASTLE_TENSOR_LSE], j->ws, b[CASTLE_TENSOR_DO], b[CASTLE_TENSOR_DQU], b[CASTLE_TENSOR_DKU],
-                           b[CASTLE_TENSOR_DVU], b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DKC], b[CASTLE_TENSOR_DVC], q,
-                           nwait, wait, ev);
+                           b[CASTLE_TENSOR_DVU], b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DKC], b[CASTLE_TENSOR_DVC], j->q,
+                           WAIT1(wait), ev);
 }
 
-/* One warm-up, then n timed runs of op; device time from a marker before each run to the end of
-   its last launch.  Prints median_ms. */
-static int time_op(job *j, op_fn op, const char *name, cl_command_queue q, long n)
+/* One warm-up, then n timed runs of op (tools/tool.h); prints median_ms=... clock=device|host. */
+static int time_op(job *j, tool_run_fn op, const char *name, long n)
 {
-    double *ms = malloc((size_t)n * sizeof(double));
-    if (!ms)
-        return lib_error(CASTLE_ERR_OUT_OF_HOST_MEMORY, "malloc");
-    castle_status st = op(j, q, 0, NULL, NULL);
+    tool_timing t;
+    castle_status st = tool_time(j->q, op, j, 1, n, &t);
     if (st)
-        return free(ms), lib_error(st, name);
-    clFinish(q);
-    for (long r = 0; r < n; ++r) {
-        cl_event start = NULL, end = NULL;
-        cl_int err = clEnqueueMarkerWithWaitList(q, 0, NULL, &start);
-        if (err != CL_SUCCESS)
-            return free(ms), lib_error((castle_status)err, "clEnqueueMarkerWithWaitList");
-        st = op(j, q, 1, &start, &end);
-        if (st) {
-            clReleaseEvent(start);
-            return free(ms), lib_error(st, name);
-        }
-        clWaitForEvents(1, &end);
-        cl_ulong t0 = 0, t1 = 0;
-        err = clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
-        if (err == CL_SUCCESS)
-            err = clGetEventProfilingInfo(end, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
-        clReleaseEvent(start);
-        clReleaseEvent(end);
-        if (err != CL_SUCCESS)
-            return free(ms), lib_error((castle_status)err, "clGetEventProfilingInfo");
-        ms[r] = (double)(t1 - t0) * 1e-6;
-    }
-    qsort(ms, (size_t)n, sizeof(double), cmp_double);
-    const double med = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
-    printf("median_ms=%.3f\n", med);
-    free(ms);
+        return lib_error(st, name);
+    printf("median_ms=%.3f clock=%s\n", t.ms, t.clock);
     return 0;
 }
 
@@ -310,42 +327,35 @@ static int cmd_train(const options *opt, bool backward)
     memset(&j, 0, sizeof j);
     if (rc)
         goto done;
-    castle_status st = castle_context_create_default(opt->device, &j.ctx);
-    if (st) {
-        rc = lib_error(st, "opening the device");
+    if ((rc = tool_open_device("castle-run", opt->device, &j.ctx)))
         goto done;
-    }
     cl_context clc = castle_context_cl_context(j.ctx);
-    cl_command_queue q = castle_context_queue(j.ctx);
+    cl_command_queue q = j.q = castle_context_queue(j.ctx);
     castle_attention_desc_init(&j.desc, shape[0], shape[1], shape[2], shape[3]);
     j.desc.window = opt->window;
     j.desc.scale = (float)opt->scale;
     const size_t n = arr[0].count, nl = shape[0] * shape[1] * shape[2];
     size_t ws_bytes = 0;
-    if ((st = castle_forward_workspace_size(j.ctx, &j.desc, &ws_bytes))) {
+    castle_status st = castle_forward_workspace_size(j.ctx, &j.desc, &ws_bytes);
+    if (st) {
         rc = lib_error(st, "castle_forward_workspace_size");
         goto done;
     }
-    cl_int err = CL_SUCCESS;
     const int ntensors = backward ? CASTLE_TENSOR_COUNT : CASTLE_TENSOR_LSE + 1;
-    for (int t = 0; t < ntensors && err == CL_SUCCESS; ++t) {
+    for (int t = 0; t < ntensors && !rc; ++t) {
         const int src = t < 6 ? t : (t == CASTLE_TENSOR_DO ? 6 : -1);
         const size_t count = t == CASTLE_TENSOR_LSE ? nl : n;
-        j.buf[t] = src >= 0 ? clCreateBuffer(clc, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, count * sizeof(float),
-                                             arr[src].data, &err)
-                            : clCreateBuffer(clc, CL_MEM_READ_WRITE, count * sizeof(float), NULL, &err);
+        j.buf[t] = new_buffer(clc, tensor_names[t], count * sizeof(float), src >= 0 ? arr[src].data : NULL, &rc);
     }
-    if (err == CL_SUCCESS)
-        j.ws = clCreateBuffer(clc, CL_MEM_READ_WRITE, ws_bytes, NULL, &err);
-    if (err != CL_SUCCESS) {
-        rc = lib_error((castle_status)err, "allocating device buffers");
+    if (!rc)
+        j.ws = new_buffer(clc, "workspace", ws_bytes, NULL, &rc);
+    if (rc)
         goto done;
-    }
-    if ((st = op_forward(&j, q, 0, NULL, NULL))) {
+    if ((st = op_forward(&j, NULL, NULL))) {
         rc = lib_error(st, "castle_forward");
         goto done;
     }
-    if (backward && (st = op_backward(&j, q, 0, NULL, NULL))) {
+    if (backward && (st = op_backward(&j, NULL, NULL))) {
         rc = lib_error(st, "castle_backward");
         goto done;
     }
@@ -357,8 +367,8 @@ static int cmd_train(const options *opt, bool backward)
             rc = save_buffer(q, j.buf[CASTLE_TENSOR_LSE], nl, opt->out, "lse", 3, shape);
     }
     if (!rc && opt->repeat > 0)
-        rc = backward ? time_op(&j, op_backward, "castle_backward", q, opt->repeat)
-                      : time_op(&j, op_forward, "castle_forward", q, opt->repeat);
+        rc = backward ? time_op(&j, op_backward, "castle_backward", opt->repeat)
+                      : time_op(&j, op_forward, "castle_forward", opt->repeat);
 done:
     for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
         if (j.buf[t])
@@ -374,11 +384,12 @@ done:
 /* ---- decode: prefill, then decode through the UQ-KV cache ---- */
 
 /* Appends desc.seq_len tokens (buf[QU..VC], packed) to the cache; outputs to buf[O]. */
-static castle_status op_decode(job *j, cl_command_queue q, cl_uint nwait, const cl_event *wait, cl_event *ev)
+static castle_status op_decode(void *state, cl_event wait, cl_event *ev)
 {
+    job *j = state;
     cl_mem *b = j->buf;
-    return castle_decode(j->ctx, j->cache, &j->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[CASTLE_TENSOR_O], NULL, q,
-                         nwait, wait, ev);
+    return castle_decode(j->ctx, j->cache, &j->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[CASTLE_TENSOR_O], NULL,
+                         j->q, WAIT1(wait), ev);
 }
 
 /* Copies rows [r0, r0 + k) of each (b, h) slice between a (B, H, L, d) buffer and a packed
@@ -414,13 +425,11 @@ static int cmd_decode(const options *opt)
         rc = 2;
         goto done;
     }
-    castle_status st = castle_context_create_default(opt->device, &j.ctx);
-    if (st) {
-        rc = lib_error(st, "opening the device");
+    if ((rc = tool_open_device("castle-run", opt->device, &j.ctx)))
         goto done;
-    }
     cl_context clc = castle_context_cl_context(j.ctx);
-    cl_command_queue q = castle_context_queue(j.ctx);
+    cl_command_queue q = j.q = castle_context_queue(j.ctx);
+    castle_status st;
     castle_attention_desc desc; /* the cache: room for the timed tokens too */
     castle_attention_desc_init(&desc, B, H, L + (opt->repeat > 0 ? (size_t)opt->repeat + 1 : 0), d);
     desc.window = opt->window;
@@ -429,17 +438,16 @@ static int cmd_decode(const options *opt)
         rc = lib_error(st, "castle_cache_create");
         goto done;
     }
-    cl_int err = CL_SUCCESS;
-    for (int t = 0; t < 7 && err == CL_SUCCESS; ++t)
-        full[t] = clCreateBuffer(clc, t < 6 ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE,
-                                 n * sizeof(float), t < 6 ? arr[t].data : NULL, &err);
-    for (int t = 0; t <= CASTLE_TENSOR_O && err == CL_SUCCESS; ++t) /* staging for C tokens */
-        if (t < 6 || t == CASTLE_TENSOR_O)
-            j.buf[t] = clCreateBuffer(clc, CL_MEM_READ_WRITE, B * H * C * d * sizeof(float), NULL, &err);
-    if (err != CL_SUCCESS) {
-        rc = lib_error((castle_status)err, "allocating device buffers");
-        goto done;
+    for (int t = 0; t < 7 && !rc; ++t)
+        full[t] = new_buffer(clc, tensor_names[t], n * sizeof(float), t < 6 ? arr[t].data : NULL, &rc);
+    for (int t = 0; t <= CASTLE_TENSOR_O && !rc; ++t) { /* staging for C tokens */
+        char name[32];
+        snprintf(name, sizeof name, "%s (staging)", tensor_names[t]);
+        j.buf[t] = new_buffer(clc, name, B * H * C * d * sizeof(float), NULL, &rc);
     }
+    if (rc)
+        goto done;
+    cl_int err = CL_SUCCESS;
     if (P > 0) { /* the prompt straight from the full tensors: seq_len P, their strides */
         desc.seq_len = P;
         for (int t = 0; t <= CASTLE_TENSOR_O; ++t)
@@ -461,7 +469,7 @@ static int cmd_decode(const options *opt)
             rc = lib_error((castle_status)err, "clEnqueueCopyBufferRect");
             goto done;
         }
-        if ((st = op_decode(&j, q, 0, NULL, NULL))) {
+        if ((st = op_decode(&j, NULL, NULL))) {
             rc = lib_error(st, "castle_decode");
             goto done;
         }
@@ -482,7 +490,7 @@ static int cmd_decode(const options *opt)
         }
         size_t bytes = 0;
         castle_cache_bytes(j.cache, &bytes);
-        if (!(rc = time_op(&j, op_decode, "castle_decode", q, opt->repeat)))
+        if (!(rc = time_op(&j, op_decode, "castle_decode", opt->repeat)))
             printf("cache_bytes=%zu\n", bytes);
     }
 done:

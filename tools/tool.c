@@ -1,0 +1,100 @@
+/* The tools' shared device opener and profiled-median timer (tools/tool.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "tool.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+int tool_fail(const char *prog, castle_status st, const char *what)
+{
+    const char *why = castle_last_error();
+    fprintf(stderr, "%s: %s failed: %s\n", prog, what, why && *why ? why : castle_status_string(st));
+    return 1;
+}
+
+int tool_open_device(const char *prog, const char *spec, castle_context **ctx)
+{
+    castle_status st = castle_context_create_default(spec, ctx);
+    if (st == CASTLE_SUCCESS)
+        return 0;
+    tool_fail(prog, st, "opening the device");
+    return st == CASTLE_ERR_BAD_DEVICE_SPEC ? 2 : 1;
+}
+
+double tool_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double tool_median(double *v, size_t n)
+{
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Device time from the start of `start` to the end of `end` in ms; < 0 when the device gives none:
+   an error, a zero timestamp or an end not after the start.  (Mesa's rusticl 22.3 reports zero for
+   CL_PROFILING_COMMAND_QUEUED and small counters, not nanoseconds, for the others.) */
+static double device_ms(cl_event start, cl_event end)
+{
+    cl_ulong tq = 0, t0 = 0, t1 = 0;
+    if (!start || !end || clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_QUEUED, sizeof tq, &tq, NULL) ||
+        clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) ||
+        clGetEventProfilingInfo(end, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) || tq == 0 || t0 == 0 ||
+        t1 <= t0)
+        return -1;
+    return (double)(t1 - t0) * 1e-6;
+}
+
+castle_status tool_time(cl_command_queue q, tool_run_fn fn, void *state, long warmup, long n, tool_timing *out)
+{
+    if (n < 1)
+        return CASTLE_ERR_INVALID_ARGUMENT;
+    double *dev = malloc((size_t)n * sizeof *dev), *wall = malloc((size_t)n * sizeof *wall);
+    castle_status st = dev && wall ? CASTLE_SUCCESS : CASTLE_ERR_OUT_OF_HOST_MEMORY;
+    for (long r = 0; r < warmup && !st; ++r) {
+        cl_event end = NULL;
+        st = fn(state, NULL, &end);
+        if (end)
+            clReleaseEvent(end);
+    }
+    if (!st)
+        st = (castle_status)clFinish(q);
+    bool profiled = true;
+    for (long r = 0; r < n && !st; ++r) {
+        cl_event start = NULL, end = NULL;
+        const double h0 = tool_now_ms();
+        st = (castle_status)clEnqueueMarkerWithWaitList(q, 0, NULL, &start);
+        if (!st)
+            st = fn(state, start, &end);
+        if (!st)
+            st = (castle_status)clFinish(q);
+        wall[r] = tool_now_ms() - h0;
+        dev[r] = st ? -1 : device_ms(start, end);
+        profiled = profiled && dev[r] > 0;
+        if (start)
+            clReleaseEvent(start);
+        if (end)
+            clReleaseEvent(end);
+    }
+    if (!st) {
+        out->wall_ms = tool_median(wall, (size_t)n);
+        out->ms = profiled ? tool_median(dev, (size_t)n) : out->wall_ms;
+        out->clock = profiled ? "device" : "host";
+    }
+    free(dev);
+    free(wall);
+    return st;
+}

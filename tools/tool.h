@@ -1,0 +1,43 @@
+/* What the libcastle tools share: opening the device and timing an operation.
+ *
+ * Timing: one profiled-median timer.  Each timed run is enqueued after a marker; its time is the
+ * device time from the marker's start to the end of the run's last event (OpenCL profiling), so
+ * host work does not count.  Every run is also timed on the host, from before the marker is
+ * enqueued to after clFinish.  Where the device reports no profiling time for some run (an error,
+ * or zero timestamps, as some implementations give), the host times are used instead, and the
+ * result says so: clock is "device" or "host", and the tools print it on the line (clock=...). */
+#ifndef CASTLE_TOOLS_TOOL_H
+#define CASTLE_TOOLS_TOOL_H
+
+#include "castle/castle.h"
+
+#include <stddef.h>
+
+/* Opens the device spec names (NULL: $CASTLE_DEVICE, else 0:0) with castle_context_create_default.
+   On failure prints "<prog>: opening the device failed: <reason>" to stderr and returns 2 for a
+   malformed spec (bad usage), 1 otherwise; 0 on success. */
+int tool_open_device(const char *prog, const char *spec, castle_context **ctx);
+
+/* Prints "<prog>: <what> failed: <castle_last_error() or the status name>" to stderr; returns 1. */
+int tool_fail(const char *prog, castle_status st, const char *what);
+
+/* One run of an operation: enqueue it on its queue after `wait` (NULL: nothing to wait for) and
+   return the event of its last command in *end. */
+typedef castle_status (*tool_run_fn)(void *state, cl_event wait, cl_event *end);
+
+typedef struct tool_timing {
+    double ms;      /* median per run, by `clock` */
+    double wall_ms; /* median per run on the host clock (always measured) */
+    const char *clock; /* "device" (profiling events) or "host" (no profiling time from the device) */
+} tool_timing;
+
+/* `warmup` untimed runs, then n >= 1 timed runs of fn on q. */
+castle_status tool_time(cl_command_queue q, tool_run_fn fn, void *state, long warmup, long n, tool_timing *out);
+
+/* The median of v[0..n-1] (sorts v); 0 for n = 0. */
+double tool_median(double *v, size_t n);
+
+/* Milliseconds of a monotonic host clock. */
+double tool_now_ms(void);
+
+#endif
