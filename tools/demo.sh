@@ -5,7 +5,7 @@
 # a generation loop (prefill 1024 tokens, decode 16 one at a time through the UQ-KV cache).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs="build-essential cmake pkg-config ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo check oclgrind python3"
+pkgs="build-essential cmake pkg-config ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo check oclgrind python3 python3-numpy python3-pytest python3-torch python3-matplotlib python3-pyopencl python3-venv"
 missing=$(dpkg-query -W -f='${Package} ${Status}\n' $pkgs 2>/dev/null | grep -vc "install ok installed" || true)
 if [ "$missing" != 0 ] || ! dpkg-query -W $pkgs >/dev/null 2>&1; then
     sudo=""

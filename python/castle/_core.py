@@ -1,0 +1,481 @@
+"""Devices, device buffers and the NumPy / pyopencl front end of libcastle."""
+
+import ctypes
+import os
+import weakref
+from collections import namedtuple
+
+import numpy as np
+
+from . import _lib
+from ._lib import cl, lib
+
+F32 = np.dtype(np.float32)
+
+
+class CastleError(RuntimeError):
+    """A libcastle call failed.  .status is the castle_status (a library code or an OpenCL error
+    code), .name its name ("CASTLE_ERR_CACHE_FULL", "CL_OUT_OF_RESOURCES", ...), .message the
+    library's message (castle_last_error)."""
+
+    def __init__(self, status, message, call=""):
+        self.status = int(status)
+        self.name = lib.castle_status_string(self.status).decode()
+        self.message = message
+        super().__init__(f"{call}: {self.name}: {message}" if call else f"{self.name}: {message}")
+
+
+def _check(status, call):
+    if status != 0:
+        raise CastleError(status, lib.castle_last_error().decode(errors="replace"), call)
+
+
+def _cl_check(err, call):
+    if err != 0:
+        raise CastleError(err, f"{call} failed", call)
+
+
+# ---- devices ---------------------------------------------------------------------------------
+
+DeviceInfo = namedtuple("DeviceInfo", "spec index platform name vendor type")
+
+
+def _info_str(fn, obj, what):
+    n = ctypes.c_size_t(0)
+    if fn(obj, what, 0, None, ctypes.byref(n)) != 0 or n.value == 0:
+        return ""
+    buf = ctypes.create_string_buffer(n.value)
+    if fn(obj, what, n.value, buf, None) != 0:
+        return ""
+    return buf.value.decode(errors="replace")
+
+
+def devices():
+    """The OpenCL devices castle-info lists, in its order: DeviceInfo(spec "P:D", index N (the
+    "N" spec), platform name, device name, vendor, type "CPU"/"GPU"/"ACCELERATOR"/"OTHER")."""
+    n = ctypes.c_uint(0)
+    if cl.clGetPlatformIDs(0, None, ctypes.byref(n)) != 0 or n.value == 0:
+        return []
+    plats = (ctypes.c_void_p * n.value)()
+    _cl_check(cl.clGetPlatformIDs(n.value, plats, None), "clGetPlatformIDs")
+    out = []
+    for p, plat in enumerate(plats):
+        m = ctypes.c_uint(0)
+        if cl.clGetDeviceIDs(plat, _lib.CL_DEVICE_TYPE_ALL, 0, None, ctypes.byref(m)) != 0:
+            continue
+        devs = (ctypes.c_void_p * m.value)()
+        if cl.clGetDeviceIDs(plat, _lib.CL_DEVICE_TYPE_ALL, m.value, devs, None) != 0:
+            continue
+        pname = _info_str(cl.clGetPlatformInfo, plat, _lib.CL_PLATFORM_NAME)
+        for d, dev in enumerate(devs):
+            t = ctypes.c_uint64(0)
+            cl.clGetDeviceInfo(dev, _lib.CL_DEVICE_TYPE, 8, ctypes.byref(t), None)
+            kind = "GPU" if t.value & 4 else "CPU" if t.value & 2 else "ACCELERATOR" if t.value & 8 else "OTHER"
+            out.append(DeviceInfo(f"{p}:{d}", len(out), pname, _info_str(cl.clGetDeviceInfo, dev, _lib.CL_DEVICE_NAME),
+                                  _info_str(cl.clGetDeviceInfo, dev, _lib.CL_DEVICE_VENDOR), kind))
+    return out
+
+
+class Device:
+    """A libcastle context on one OpenCL device, with its in-order command queue.
+
+    Device(spec) takes "P:D" (platform P, device D), "N" (the N-th device across platforms) or
+    None (the environment variable CASTLE_DEVICE, else "0:0"), as castle-info numbers them.
+    Device.from_pyopencl(queue) binds to a pyopencl queue's context and device instead, so that
+    pyopencl arrays on that context are used in place (zero copy)."""
+
+    def __init__(self, spec=None, *, _handle=None, _pyopencl_queue=None):
+        if _handle is None:
+            h = ctypes.c_void_p()
+            arg = None if spec is None else str(spec).encode()
+            _check(lib.castle_context_create_default(arg, ctypes.byref(h)), "castle_context_create_default")
+            _handle = h.value
+            self.spec = spec if spec is not None else os.environ.get("CASTLE_DEVICE") or "0:0"
+        else:
+            self.spec = spec
+        self._handle = _handle
+        self._finalizer = weakref.finalize(self, lib.castle_context_destroy, _handle)
+        self._pyopencl_queue = _pyopencl_queue
+        q = _pyopencl_queue.int_ptr if _pyopencl_queue is not None else lib.castle_context_queue(_handle)
+        self.queue = q  # cl_command_queue every call of this package enqueues on
+        self.cl_context = lib.castle_context_cl_context(_handle)
+        self.cl_device = lib.castle_context_device(_handle)
+        self.name = _info_str(cl.clGetDeviceInfo, self.cl_device, _lib.CL_DEVICE_NAME)
+
+    @classmethod
+    def from_pyopencl(cls, queue):
+        """A Device on a pyopencl CommandQueue's context and device; calls enqueue on that queue."""
+        h = ctypes.c_void_p()
+        _check(lib.castle_context_create(queue.context.int_ptr, queue.device.int_ptr, ctypes.byref(h)),
+               "castle_context_create")
+        return cls(f"pyopencl:{queue.device.name}", _handle=h.value, _pyopencl_queue=queue)
+
+    @property
+    def pyopencl_queue(self):
+        """This device's queue as a pyopencl.CommandQueue (for making arrays the calls use in place)."""
+        if self._pyopencl_queue is None:
+            import pyopencl
+            self._pyopencl_queue = pyopencl.CommandQueue.from_int_ptr(self.queue, retain=True)
+        return self._pyopencl_queue
+
+    @property
+    def tuning(self):
+        t = _lib.Tuning()
+        _check(lib.castle_context_get_tuning(self._handle, ctypes.byref(t)), "castle_context_get_tuning")
+        return {f: getattr(t, f) for f, _ in _lib.Tuning._fields_} | {
+            "name": lib.castle_context_tuning_name(self._handle).decode()}
+
+    def finish(self):
+        _cl_check(cl.clFinish(self.queue), "clFinish")
+
+    def close(self):
+        self._finalizer()
+
+    def __repr__(self):
+        return f"castle.Device({self.spec!r}: {self.name})"
+
+
+_default = None
+
+
+def default_device():
+    """The Device every call without device= uses, created on first use (CASTLE_DEVICE, else 0:0)."""
+    global _default
+    if _default is None:
+        _default = Device()
+    return _default
+
+
+def _device(device):
+    if device is None:
+        return default_device()
+    if isinstance(device, Device):
+        return device
+    return Device(device)
+
+
+# ---- buffers -------------------------------------------------------------------------------------
+
+class Buffer:
+    """A cl_mem this package owns (released when the object goes)."""
+
+    def __init__(self, device, nbytes, host=None):
+        err = ctypes.c_int(0)
+        flags = _lib.CL_MEM_READ_WRITE | (_lib.CL_MEM_COPY_HOST_PTR if host is not None else 0)
+        mem = cl.clCreateBuffer(device.cl_context, flags, max(int(nbytes), 4), host, ctypes.byref(err))
+        _cl_check(err.value, f"clCreateBuffer({nbytes} bytes)")
+        self.mem, self.nbytes = mem, int(nbytes)
+        self._finalizer = weakref.finalize(self, cl.clReleaseMemObject, mem)
+
+    def read(self, device, shape):
+        out = np.empty(shape, F32)
+        if out.nbytes:
+            _cl_check(cl.clEnqueueReadBuffer(device.queue, self.mem, 1, 0, out.nbytes, out.ctypes.data, 0, None, None),
+                      "clEnqueueReadBuffer")
+        return out
+
+
+def _pyopencl_array_type():
+    try:
+        import pyopencl.array
+    except ImportError:
+        return None
+    return pyopencl.array.Array
+
+
+class Tensor:
+    """One (B, H, L, d) input as the library sees it: a cl_mem, its element strides and what keeps
+    the memory alive."""
+
+    __slots__ = ("mem", "layout", "keep", "shape")
+
+    def __init__(self, mem, layout, keep, shape):
+        self.mem, self.layout, self.keep, self.shape = mem, layout, keep, shape
+
+
+def _float32(fn, name, x):
+    dt = np.dtype(x.dtype)
+    if not (np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer)):
+        raise ValueError(f"{fn}: {name} has dtype {dt}; expected float32 (real numbers are converted)")
+    return dt
+
+
+def _native_strides(shape, strides, itemsize):
+    """Element strides (batch, head, row) for memory the library can read in place, or None.  Axes
+    of extent 1 get a harmless stride (any value reads the same elements)."""
+    if len(strides) != 4 or strides[3] != itemsize and shape[3] > 1:
+        return None
+    out = []
+    for n, s, dflt in zip(shape[:3], strides[:3], (0, 0, shape[3])):
+        if n == 1:
+            out.append(dflt)
+        elif s <= 0 or s % itemsize:
+            return None
+        else:
+            out.append(s // itemsize)
+    if shape[2] > 1 and out[2] < shape[3]:
+        return None
+    return out
+
+
+def _span(shape, st):
+    return (sum((n - 1) * s for n, s in zip(shape[:3], st)) + shape[3]) * 4
+
+
+def upload(device, x, fn="castle", name="x", ndim=4):
+    """A Tensor for array x on device: a pyopencl array on the device's context is used in place;
+    anything else becomes float32 host memory (read in place when its last axis is contiguous,
+    else copied once) and is copied to a new device buffer."""
+    arr_t = _pyopencl_array_type()
+    if arr_t is not None and isinstance(x, arr_t):
+        _float32(fn, name, x)
+        if x.context.int_ptr != ctypes.c_void_p(device.cl_context).value:
+            raise ValueError(f"{fn}: {name} is a pyopencl array on another OpenCL context than the device's "
+                             "(use castle.Device.from_pyopencl(queue) or device.pyopencl_queue)")
+        if x.dtype != F32:
+            x = x.astype(F32)
+        st = _native_strides(x.shape, x.strides, 4) if x.ndim == 4 else None
+        if st is None or x.offset:
+            x = x.copy() if x.flags.c_contiguous else _contiguous_cl(x)
+            st = [0, 0, 0]
+        x.finish()
+        return Tensor(x.base_data.int_ptr, st, x, x.shape)
+    x = np.asarray(x)
+    _float32(fn, name, x)
+    if x.ndim != ndim:
+        raise ValueError(f"{fn}: {name} has shape {x.shape}; expected {ndim} dimensions (batch, heads, L, d)")
+    if x.dtype != F32:
+        x = x.astype(F32)
+    st = _native_strides(x.shape, x.strides, 4)
+    if st is None:
+        x = np.ascontiguousarray(x)
+        st = _native_strides(x.shape, x.strides, 4)
+    buf = Buffer(device, _span(x.shape, st), x.ctypes.data if x.size else None)
+    return Tensor(buf.mem, st, buf, x.shape)
+
+
+def _contiguous_cl(x):
+    import pyopencl.array
+    return pyopencl.array.to_device(x.queue, np.ascontiguousarray(x.get()))
+
+
+def uploads(device, fn, names, arrays, shape=None, same=True):
+    """Tensors for several arrays; checks they are 4-D with one shape (naming the argument)."""
+    out = []
+    for name, x in zip(names, arrays):
+        if x is None:
+            raise ValueError(f"{fn}: {name} is None")
+        shp = tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
+        if len(shp) != 4:
+            raise ValueError(f"{fn}: {name} has shape {shp}; expected (batch, heads, L, d)")
+        if shape is None:
+            shape = shp
+        elif same and shp != shape:
+            raise ValueError(f"{fn}: {name} has shape {shp}, {names[0]} has {shape}; all must be equal")
+        out.append(upload(device, x, fn, name))
+    if shape[3] < 1 or shape[3] > _lib.MAX_HEAD_DIM:
+        raise ValueError(f"{fn}: {names[0]} has head dim {shape[3]}; expected 1..{_lib.MAX_HEAD_DIM}")
+    if 0 in shape:
+        raise ValueError(f"{fn}: {names[0]} has shape {shape}; every extent must be at least 1")
+    return shape, out
+
+
+def make_desc(shape, window=0, scale=None, layouts=()):
+    """castle_attention_desc for (B, H, L, d), with the given (tensor index, Tensor) layouts."""
+    d = _lib.AttentionDesc()
+    lib.castle_attention_desc_init(ctypes.byref(d), *(int(n) for n in shape))
+    if int(window) != window or window < 0:
+        raise ValueError(f"window={window!r}: expected an integer >= 0 (0 = CASTLE, W >= 1 = CASTLE-SWL)")
+    d.window = int(window)
+    if scale is not None:
+        if not np.isfinite(scale) or scale <= 0:
+            raise ValueError(f"scale={scale!r}: expected a finite number > 0 (None = 1/sqrt(d))")
+        d.scale = float(scale)
+    for t, ten in layouts:
+        d.layout[t].batch_stride, d.layout[t].head_stride, d.layout[t].row_stride = ten.layout
+    return d
+
+
+class Outputs:
+    """Output buffers: pyopencl arrays when the inputs were pyopencl arrays, else Buffers read
+    back into NumPy arrays."""
+
+    def __init__(self, device, cl_mode):
+        self.device, self.cl_mode, self.items = device, cl_mode, []
+
+    def new(self, shape):
+        if self.cl_mode:
+            import pyopencl.array
+            a = pyopencl.array.empty(self.device.pyopencl_queue, shape, F32)
+            self.items.append(a)
+            return a.data.int_ptr
+        b = Buffer(self.device, int(np.prod(shape)) * 4)
+        self.items.append((b, shape))
+        return b.mem
+
+    def results(self):
+        if self.cl_mode:
+            return tuple(self.items)
+        return tuple(b.read(self.device, shape) for b, shape in self.items)
+
+
+def _cl_mode(arrays):
+    arr_t = _pyopencl_array_type()
+    return arr_t is not None and any(isinstance(x, arr_t) for x in arrays)
+
+
+def _mems(tensors):
+    return [t.mem for t in tensors]
+
+
+# ---- the NumPy functions -------------------------------------------------------------------------
+
+SIX = ("qu", "ku", "vu", "qc", "kc", "vc")
+
+
+def workspace(device, desc):
+    n = ctypes.c_size_t(0)
+    _check(lib.castle_forward_workspace_size(device._handle, ctypes.byref(desc), ctypes.byref(n)),
+           "castle_forward_workspace_size")
+    return Buffer(device, n.value)
+
+
+def _forward(fn, dev, ins, shape, window, scale, outs):
+    desc = make_desc(shape, window, scale, zip(range(6), ins))
+    o, lse = outs.new(shape), outs.new(shape[:3])
+    ws = workspace(dev, desc)
+    _check(lib.castle_forward(dev._handle, ctypes.byref(desc), *_mems(ins), o, lse, ws.mem, dev.queue, 0, None, None),
+           fn)
+    return desc, o, lse, ws
+
+
+def forward(qu, ku, vu, qc, kc, vc, window=0, scale=None, device=None):
+    """CASTLE (window 0) or CASTLE-SWL (window W >= 1) attention: (o, lse) for six (B, H, L, d)
+    float32 arrays; o is (B, H, L, d), lse (B, H, L).  scale None means 1/sqrt(d)."""
+    dev = _device(device)
+    arrays = (qu, ku, vu, qc, kc, vc)
+    shape, ins = uploads(dev, "castle.forward", SIX, arrays)
+    outs = Outputs(dev, _cl_mode(arrays))
+    _forward("castle_forward", dev, ins, shape, window, scale, outs)
+    return outs.results()
+
+
+def backward(qu, ku, vu, qc, kc, vc, do, window=0, scale=None, device=None):
+    """Gradients (dqu, dku, dvu, dqc, dkc, dvc) of a loss whose gradient with respect to CASTLE's
+    output o is do.  Runs the forward first (its workspace feeds the backward); castle.torch keeps
+    the forward's state instead."""
+    dev = _device(device)
+    arrays = (qu, ku, vu, qc, kc, vc, do)
+    shape, ins = uploads(dev, "castle.backward", SIX + ("do",), arrays)
+    scratch = Outputs(dev, False)
+    desc, o, lse, ws = _forward("castle_forward", dev, ins[:6], shape, window, scale, scratch)
+    t = ins[6]
+    desc.layout[_lib.DO].batch_stride, desc.layout[_lib.DO].head_stride, desc.layout[_lib.DO].row_stride = t.layout
+    outs = Outputs(dev, _cl_mode(arrays))
+    grads = [outs.new(shape) for _ in range(6)]
+    _check(lib.castle_backward(dev._handle, ctypes.byref(desc), *_mems(ins[:6]), o, lse, ws.mem, t.mem, *grads,
+                               dev.queue, 0, None, None), "castle_backward")
+    return outs.results()
+
+
+def causal_forward(q, k, v, scale=None, device=None):
+    """The library's causal softmax attention (the baseline): (o, lse) for (B, H, L, d) q, k, v."""
+    dev = _device(device)
+    shape, ins = uploads(dev, "castle.causal_forward", ("q", "k", "v"), (q, k, v))
+    outs = Outputs(dev, _cl_mode((q, k, v)))
+    desc = make_desc(shape, 0, scale, zip((_lib.QC, _lib.KC, _lib.VC), ins))
+    o, lse = outs.new(shape), outs.new(shape[:3])
+    _check(lib.castle_causal_forward(dev._handle, ctypes.byref(desc), *_mems(ins), o, lse, dev.queue, 0, None, None),
+           "castle_causal_forward")
+    return outs.results()
+
+
+def causal_backward(q, k, v, do, scale=None, device=None):
+    """Gradients (dq, dk, dv) of the baseline given do = dLoss/do (runs its forward first)."""
+    dev = _device(device)
+    arrays = (q, k, v, do)
+    shape, ins = uploads(dev, "castle.causal_backward", ("q", "k", "v", "do"), arrays)
+    desc = make_desc(shape, 0, scale, zip((_lib.QC, _lib.KC, _lib.VC, _lib.DO), ins))
+    scratch = Outputs(dev, False)
+    o, lse = scratch.new(shape), scratch.new(shape[:3])
+    _check(lib.castle_causal_forward(dev._handle, ctypes.byref(desc), *_mems(ins[:3]), o, lse, dev.queue, 0, None,
+                                     None), "castle_causal_forward")
+    outs = Outputs(dev, _cl_mode(arrays))
+    grads = [outs.new(shape) for _ in range(3)]
+    _check(lib.castle_causal_backward(dev._handle, ctypes.byref(desc), *_mems(ins[:3]), o, lse, ins[3].mem, *grads,
+                                      dev.queue, 0, None, None), "castle_causal_backward")
+    return outs.results()
+
+
+class Cache:
+    """The UQ-KV cache of one attention layer for generation (SPEC section 5): prefill() a prompt,
+    then decode() one or more tokens per call; the outputs equal castle.forward over the whole
+    sequence.  capacity is the most tokens one sequence may hold; more raises CastleError
+    CASTLE_ERR_CACHE_FULL and leaves the cache unchanged."""
+
+    def __init__(self, batch, heads, head_dim, capacity, window=0, scale=None, device=None):
+        self.device = _device(device)
+        for name, v in (("batch", batch), ("heads", heads), ("head_dim", head_dim), ("capacity", capacity)):
+            if int(v) != v or v < 1:
+                raise ValueError(f"castle.Cache: {name}={v!r}; expected an integer >= 1")
+        self.batch, self.heads, self.head_dim, self.capacity = int(batch), int(heads), int(head_dim), int(capacity)
+        self.window, self.scale = window, scale
+        desc = make_desc((batch, heads, capacity, head_dim), window, scale)
+        h = ctypes.c_void_p()
+        _check(lib.castle_cache_create(self.device._handle, ctypes.byref(desc), ctypes.byref(h)), "castle_cache_create")
+        self._handle = h.value
+        self._finalizer = weakref.finalize(self, lib.castle_cache_destroy, h.value)
+
+    def _inputs(self, fn, arrays):
+        shape, ins = uploads(self.device, fn, SIX, arrays)
+        want = (self.batch, self.heads, self.head_dim)
+        if (shape[0], shape[1], shape[3]) != want:
+            raise ValueError(f"{fn}: qu has shape {shape}; this cache takes ({want[0]}, {want[1]}, n, {want[2]})")
+        desc = make_desc(shape, self.window, self.scale, zip(range(6), ins))
+        return shape, ins, desc
+
+    def prefill(self, qu, ku, vu, qc, kc, vc, lengths=None):
+        """Fills the empty cache with a prompt of P tokens (B, H, P, d); lengths (B integers <= P)
+        gives shorter prompts per sequence.  Returns o (B, H, P, d) (rows past a sequence's length
+        are unspecified)."""
+        arrays = (qu, ku, vu, qc, kc, vc)
+        shape, ins, desc = self._inputs("castle.Cache.prefill", arrays)
+        plen = None
+        if lengths is not None:
+            lengths = np.asarray(lengths)
+            if lengths.shape != (self.batch,) or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any():
+                raise ValueError(f"castle.Cache.prefill: lengths must be {self.batch} integers >= 0")
+            plen = (ctypes.c_size_t * self.batch)(*(int(n) for n in lengths))
+        outs = Outputs(self.device, _cl_mode(arrays))
+        o = outs.new(shape)
+        _check(lib.castle_prefill(self.device._handle, self._handle, ctypes.byref(desc), plen, *_mems(ins), o, None,
+                                  self.device.queue, 0, None, None), "castle_prefill")
+        return outs.results()[0]
+
+    def decode(self, qu, ku, vu, qc, kc, vc):
+        """Appends n >= 1 tokens (B, H, n, d) to every sequence; returns their outputs (B, H, n, d)."""
+        arrays = (qu, ku, vu, qc, kc, vc)
+        shape, ins, desc = self._inputs("castle.Cache.decode", arrays)
+        outs = Outputs(self.device, _cl_mode(arrays))
+        o = outs.new(shape)
+        _check(lib.castle_decode(self.device._handle, self._handle, ctypes.byref(desc), *_mems(ins), o, None,
+                                 self.device.queue, 0, None, None), "castle_decode")
+        return outs.results()[0]
+
+    @property
+    def lengths(self):
+        """Tokens each sequence holds, a NumPy int64 array of length batch."""
+        n = (ctypes.c_size_t * self.batch)()
+        _check(lib.castle_cache_lengths(self._handle, n), "castle_cache_lengths")
+        return np.array(n[:], dtype=np.int64)
+
+    def reset(self):
+        """Every sequence back to length 0 (nothing reallocated)."""
+        _check(lib.castle_cache_reset(self._handle), "castle_cache_reset")
+
+    @property
+    def nbytes(self):
+        """Device memory the cache holds, bytes."""
+        n = ctypes.c_size_t(0)
+        _check(lib.castle_cache_bytes(self._handle, ctypes.byref(n)), "castle_cache_bytes")
+        return n.value

@@ -1,0 +1,165 @@
+"""castle's NumPy functions against the float64 references of reference.py (recurrent definition
+and parallel form), and its errors."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import castle
+from castle import _lib
+from conftest import six
+from reference import castle_parallel, castle_recurrent, causal, err, tolerance
+
+FORWARD_TOL = tolerance("FORWARD_TOL")
+DECODE_TOL = tolerance("DECODE_TOL")
+CAUSAL_TOL = tolerance("CAUSAL_TOL")
+
+SHAPES = [(1, 1, 1, 4), (2, 3, 17, 8), (1, 2, 70, 32)]
+
+
+def test_descriptor_layout_matches_the_library():
+    d = _lib.AttentionDesc()
+    _lib.lib.castle_attention_desc_init(ctypes.byref(d), 2, 3, 5, 7)
+    assert d.struct_size == ctypes.sizeof(_lib.AttentionDesc)
+    assert (d.batch, d.heads, d.seq_len, d.head_dim, d.window, d.scale) == (2, 3, 5, 7, 0, 0.0)
+
+
+def test_library_is_named():
+    assert castle.library_path.endswith(".so") or ".so." in castle.library_path
+    assert castle.library_origin
+    assert castle.library_version.count(".") == 2
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("window", [0, 5])
+def test_forward_against_recurrent_and_parallel(rng, shape, window):
+    x = six(rng, shape)
+    o, lse = castle.forward(*x, window=window)
+    assert o.shape == shape and lse.shape == shape[:3] and o.dtype == np.float32
+    for ref in (castle_recurrent, castle_parallel):
+        ro, rlse = ref(*x, window=window)
+        assert err(o, ro) < FORWARD_TOL
+        assert err(lse, rlse) < FORWARD_TOL
+
+
+def test_references_agree_and_the_window_matters(rng):
+    x = six(rng, (1, 2, 23, 8))
+    assert err(castle_recurrent(*x)[0], castle_parallel(*x)[0]) < 1e-12
+    assert err(castle_parallel(*x, window=3)[0], castle_parallel(*x)[0]) > 1e-3
+
+
+def test_scale_dtypes_and_strided_inputs(rng):
+    B, H, L, d = 2, 3, 19, 16
+    x = six(rng, (B, L, H, d))
+    views = [a.transpose(0, 2, 1, 3) for a in x]  # (B, H, L, d) views of (B, L, H, d) memory
+    ref = castle_parallel(*views, scale=0.3)[0]
+    assert err(castle.forward(*views, scale=0.3)[0], ref) < FORWARD_TOL
+    f64 = [v.astype(np.float64)[:, :, ::1] for v in views]
+    assert err(castle.forward(*f64, scale=0.3)[0], ref) < FORWARD_TOL
+    reversed_rows = [np.ascontiguousarray(v)[:, :, ::-1] for v in views]  # negative strides: copied
+    assert err(castle.forward(*reversed_rows, scale=0.3)[0], castle_parallel(*reversed_rows, scale=0.3)[0]) \
+        < FORWARD_TOL
+    lists = [v.tolist() for v in views]  # anything np.asarray takes
+    assert err(castle.forward(*lists, scale=0.3)[0], ref) < FORWARD_TOL
+
+
+@pytest.mark.parametrize("shape", SHAPES[:2])
+def test_causal_forward(rng, shape):
+    q, k, v = six(rng, shape)[:3]
+    o, lse = castle.causal_forward(q, k, v)
+    ro, rlse = causal(q, k, v)
+    assert err(o, ro) < CAUSAL_TOL and err(lse, rlse) < CAUSAL_TOL
+
+
+@pytest.mark.parametrize("window", [0, 4])
+def test_cache_decode_equals_forward(rng, window):
+    B, H, L, d, P = 2, 2, 30, 16, 11
+    x = six(rng, (B, H, L, d))
+    ref = castle_recurrent(*x, window=window)[0]
+    full = castle.forward(*x, window=window)[0]
+    cache = castle.Cache(B, H, d, capacity=L, window=window)
+    assert cache.nbytes > 0 and list(cache.lengths) == [0, 0]
+    pieces = [cache.prefill(*(a[:, :, :P] for a in x))]
+    assert list(cache.lengths) == [P, P]
+    for t in range(P, P + 5):  # one token per call
+        pieces.append(cache.decode(*(a[:, :, t:t + 1] for a in x)))
+    for t0, t1 in ((P + 5, P + 12), (P + 12, L)):  # several tokens per call
+        pieces.append(cache.decode(*(a[:, :, t0:t1] for a in x)))
+    o = np.concatenate(pieces, axis=2)
+    assert list(cache.lengths) == [L, L]
+    assert err(o, ref) < DECODE_TOL
+    assert np.max(np.abs(o - full)) < DECODE_TOL
+    cache.reset()
+    assert list(cache.lengths) == [0, 0]
+    o2 = np.concatenate([cache.decode(*(a[:, :, t:t + 1] for a in x)) for t in range(L)], axis=2)  # from empty
+    assert err(o2, ref) < DECODE_TOL
+
+
+def test_cache_prefill_lengths(rng):
+    B, H, P, d = 2, 1, 12, 8
+    x = six(rng, (B, H, P, d))
+    cache = castle.Cache(B, H, d, capacity=20)
+    o = cache.prefill(*x, lengths=[12, 7])
+    assert list(cache.lengths) == [12, 7]
+    assert err(o[0], castle_parallel(*(a[:1] for a in x))[0][0]) < DECODE_TOL
+    assert err(o[1, :, :7], castle_parallel(*(a[1:, :, :7] for a in x))[0][0]) < DECODE_TOL
+
+
+def test_cache_full_and_not_empty(rng):
+    x = six(rng, (1, 1, 4, 8))
+    cache = castle.Cache(1, 1, 8, capacity=6)
+    cache.prefill(*x)
+    with pytest.raises(castle.CastleError) as e:
+        cache.decode(*x)  # 4 + 4 > 6
+    assert e.value.name == "CASTLE_ERR_CACHE_FULL" and e.value.status == -3023 and e.value.message
+    assert list(cache.lengths) == [4]  # unchanged
+    with pytest.raises(castle.CastleError) as e:
+        cache.prefill(*x)
+    assert e.value.name == "CASTLE_ERR_CACHE_NOT_EMPTY"
+    with pytest.raises(ValueError, match="qu"):
+        cache.decode(*six(rng, (1, 2, 1, 8)))  # heads differ from the cache's
+    with pytest.raises(ValueError, match="lengths"):
+        castle.Cache(1, 1, 8, capacity=6).prefill(*x, lengths=[1, 2])
+    with pytest.raises(ValueError, match="capacity"):
+        castle.Cache(1, 1, 8, capacity=0)
+
+
+def test_bad_shapes_and_dtypes(rng):
+    x = six(rng, (1, 2, 5, 8))
+    with pytest.raises(ValueError, match="ku"):
+        castle.forward(x[0], x[1][0], *x[2:])  # 3-D
+    with pytest.raises(ValueError, match="vc"):
+        castle.forward(*x[:5], x[5][:, :, :4])  # another L
+    with pytest.raises(ValueError, match="qc"):
+        castle.forward(*x[:3], x[3].astype(np.complex64), *x[4:])
+    with pytest.raises(ValueError, match="do"):
+        castle.backward(*x, np.zeros((1, 2, 5, 7), np.float32))
+    with pytest.raises(ValueError, match="k"):
+        castle.causal_forward(x[0], np.array(["a"] * 80).reshape(1, 2, 5, 8), x[2])
+    with pytest.raises(ValueError, match="head dim"):
+        castle.forward(*(np.zeros((1, 1, 2, 300), np.float32) for _ in range(6)))
+    with pytest.raises(ValueError, match="window"):
+        castle.forward(*x, window=-1)
+    with pytest.raises(ValueError, match="scale"):
+        castle.forward(*x, scale=float("nan"))
+
+
+def test_devices_and_device_errors():
+    devs = castle.devices()
+    assert devs and devs[0].spec == "0:0" and devs[0].index == 0 and devs[0].name
+    dev = castle.Device(devs[0].spec)
+    assert dev.name == devs[0].name and dev.tuning["block"] >= 8
+    assert castle.Device("0").name == devs[0].name
+    with pytest.raises(castle.CastleError) as e:
+        castle.Device("banana")
+    assert e.value.name == "CASTLE_ERR_BAD_DEVICE_SPEC" and "banana" in str(e.value)
+    with pytest.raises(castle.CastleError) as e:
+        castle.Device(f"{len(devs) + 5}")
+    assert e.value.name == "CASTLE_ERR_NO_DEVICE"
+
+
+def test_explicit_device(rng):
+    x = six(rng, (1, 1, 9, 4))
+    dev = castle.Device()
+    assert err(castle.forward(*x, device=dev)[0], castle_parallel(*x)[0]) < FORWARD_TOL
