@@ -283,7 +283,7 @@ def uploads(device, fn, names, arrays, shape=None, same=True):
 def make_desc(shape, window=0, scale=None, layouts=()):
     """castle_attention_desc for (B, H, L, d), with the given (tensor index, Tensor) layouts."""
     d = _lib.AttentionDesc()
-    lib.castle_attention_desc_init(ctypes.byref(d), *(int(n) for n in shape))
+    _check(_lib.desc_init(d, *(int(n) for n in shape)), "castle_attention_desc_init")
     if int(window) != window or window < 0:
         raise ValueError(f"window={window!r}: expected an integer >= 0 (0 = CASTLE, W >= 1 = CASTLE-SWL)")
     d.window = int(window)

@@ -2,8 +2,9 @@
 entry points the package needs: library discovery, ctypes structures mirroring the header, and
 argument and result types.  Everything else in the package calls through this module.
 
-Keep the structures here in step with castle.h: test_binding.py checks that the struct_size
-castle_attention_desc_init writes equals ctypes.sizeof(AttentionDesc)."""
+Keep the structures here in step with castle.h: the library checks the struct_size this binding passes
+(ctypes.sizeof(AttentionDesc)) and refuses a size it does not know with CASTLE_ERR_DESC_VERSION, so a
+mismatch fails loudly on the first call (test_numpy.py: test_descriptor_layout_matches_the_library)."""
 
 import ctypes
 import ctypes.util
@@ -116,7 +117,13 @@ _sig("castle_context_cl_context", c_void_p, [c_void_p])
 _sig("castle_context_get_tuning", c_int, [c_void_p, POINTER(Tuning)])
 _sig("castle_context_tuning_name", c_char_p, [c_void_p])
 _sig("castle_parse_device_spec", c_int, [c_char_p, POINTER(c_long), POINTER(c_long)])
-_sig("castle_attention_desc_init", None, [_desc_p, c_size_t, c_size_t, c_size_t, c_size_t])
+_sig("castle_attention_desc_init_sized", c_int, [_desc_p, c_size_t, c_size_t, c_size_t, c_size_t, c_size_t])
+
+
+def desc_init(desc, batch, heads, seq_len, head_dim):
+    """castle_attention_desc_init (a macro in C) with this binding's struct size; the status."""
+    return lib.castle_attention_desc_init_sized(ctypes.byref(desc), ctypes.sizeof(AttentionDesc), batch, heads,
+                                                seq_len, head_dim)
 _sig("castle_forward_workspace_size", c_int, [c_void_p, _desc_p, POINTER(c_size_t)])
 _sig("castle_forward", c_int, [c_void_p, _desc_p] + _mem6 + [c_void_p] * 3 + _tail)
 _sig("castle_backward", c_int, [c_void_p, _desc_p] + _mem6 + [c_void_p] * 4 + _mem6 + _tail)

@@ -20,9 +20,13 @@ SHAPES = [(1, 1, 1, 4), (2, 3, 17, 8), (1, 2, 70, 32)]
 
 def test_descriptor_layout_matches_the_library():
     d = _lib.AttentionDesc()
-    _lib.lib.castle_attention_desc_init(ctypes.byref(d), 2, 3, 5, 7)
+    assert _lib.desc_init(d, 2, 3, 5, 7) == 0  # the library knows this binding's struct size
     assert d.struct_size == ctypes.sizeof(_lib.AttentionDesc)
     assert (d.batch, d.heads, d.seq_len, d.head_dim, d.window, d.scale) == (2, 3, 5, 7, 0, 0.0)
+    assert [d.layout[t].row_stride for t in range(_lib.TENSOR_COUNT)] == [0] * _lib.TENSOR_COUNT
+    small = _lib.lib.castle_attention_desc_init_sized(ctypes.byref(d), ctypes.sizeof(_lib.AttentionDesc) - 8, 1, 1,
+                                                      1, 1)
+    assert _lib.lib.castle_status_string(small) == b"CASTLE_ERR_DESC_VERSION"
 
 
 def test_library_is_named():
