@@ -22,7 +22,8 @@ class CastleError(RuntimeError):
         self.status = int(status)
         self.name = lib.castle_status_string(self.status).decode()
         self.message = message
-        super().__init__(f"{call}: {self.name}: {message}" if call else f"{self.name}: {message}")
+        text = message if message.startswith(self.name) else f"{self.name}: {message}"
+        super().__init__(f"{call}: {text}" if call else text)
 
 
 def _check(status, call):
@@ -292,7 +293,7 @@ def make_desc(shape, window=0, scale=None, layouts=()):
             raise ValueError(f"scale={scale!r}: expected a finite number > 0 (None = 1/sqrt(d))")
         d.scale = float(scale)
     for t, ten in layouts:
-        d.layout[t].batch_stride, d.layout[t].head_stride, d.layout[t].row_stride = ten.layout
+        _set_layout(d, t, ten)
     return d
 
 
@@ -360,6 +361,19 @@ def forward(qu, ku, vu, qc, kc, vc, window=0, scale=None, device=None):
     return outs.results()
 
 
+def _set_layout(desc, t, tensor):
+    lay = desc.layout[t]
+    lay.batch_stride, lay.head_stride, lay.row_stride = tensor.layout
+
+
+def _backward(dev, desc, ins, o, lse, ws, do, outs):
+    """castle_backward from the forward's state (ins, o, lse, ws) and do (a Tensor); six gradients."""
+    _set_layout(desc, _lib.DO, do)
+    grads = [outs.new(ins[0].shape) for _ in range(6)]
+    _check(lib.castle_backward(dev._handle, ctypes.byref(desc), *_mems(ins), o, lse, ws.mem, do.mem, *grads,
+                               dev.queue, 0, None, None), "castle_backward")
+
+
 def backward(qu, ku, vu, qc, kc, vc, do, window=0, scale=None, device=None):
     """Gradients (dqu, dku, dvu, dqc, dkc, dvc) of a loss whose gradient with respect to CASTLE's
     output o is do.  Runs the forward first (its workspace feeds the backward); castle.torch keeps
@@ -367,15 +381,26 @@ def backward(qu, ku, vu, qc, kc, vc, do, window=0, scale=None, device=None):
     dev = _device(device)
     arrays = (qu, ku, vu, qc, kc, vc, do)
     shape, ins = uploads(dev, "castle.backward", SIX + ("do",), arrays)
-    scratch = Outputs(dev, False)
+    scratch = Outputs(dev, False)  # keeps o and lse alive until the backward is done
     desc, o, lse, ws = _forward("castle_forward", dev, ins[:6], shape, window, scale, scratch)
-    t = ins[6]
-    desc.layout[_lib.DO].batch_stride, desc.layout[_lib.DO].head_stride, desc.layout[_lib.DO].row_stride = t.layout
     outs = Outputs(dev, _cl_mode(arrays))
-    grads = [outs.new(shape) for _ in range(6)]
-    _check(lib.castle_backward(dev._handle, ctypes.byref(desc), *_mems(ins[:6]), o, lse, ws.mem, t.mem, *grads,
-                               dev.queue, 0, None, None), "castle_backward")
+    _backward(dev, desc, ins[:6], o, lse, ws, ins[6], outs)
     return outs.results()
+
+
+def _causal_forward(dev, ins, shape, scale, outs):
+    desc = make_desc(shape, 0, scale, zip((_lib.QC, _lib.KC, _lib.VC), ins))
+    o, lse = outs.new(shape), outs.new(shape[:3])
+    _check(lib.castle_causal_forward(dev._handle, ctypes.byref(desc), *_mems(ins), o, lse, dev.queue, 0, None, None),
+           "castle_causal_forward")
+    return desc, o, lse
+
+
+def _causal_backward(dev, desc, ins, o, lse, do, outs):
+    _set_layout(desc, _lib.DO, do)
+    grads = [outs.new(ins[0].shape) for _ in range(3)]
+    _check(lib.castle_causal_backward(dev._handle, ctypes.byref(desc), *_mems(ins), o, lse, do.mem, *grads,
+                                      dev.queue, 0, None, None), "castle_causal_backward")
 
 
 def causal_forward(q, k, v, scale=None, device=None):
@@ -383,10 +408,7 @@ def causal_forward(q, k, v, scale=None, device=None):
     dev = _device(device)
     shape, ins = uploads(dev, "castle.causal_forward", ("q", "k", "v"), (q, k, v))
     outs = Outputs(dev, _cl_mode((q, k, v)))
-    desc = make_desc(shape, 0, scale, zip((_lib.QC, _lib.KC, _lib.VC), ins))
-    o, lse = outs.new(shape), outs.new(shape[:3])
-    _check(lib.castle_causal_forward(dev._handle, ctypes.byref(desc), *_mems(ins), o, lse, dev.queue, 0, None, None),
-           "castle_causal_forward")
+    _causal_forward(dev, ins, shape, scale, outs)
     return outs.results()
 
 
@@ -395,15 +417,10 @@ def causal_backward(q, k, v, do, scale=None, device=None):
     dev = _device(device)
     arrays = (q, k, v, do)
     shape, ins = uploads(dev, "castle.causal_backward", ("q", "k", "v", "do"), arrays)
-    desc = make_desc(shape, 0, scale, zip((_lib.QC, _lib.KC, _lib.VC, _lib.DO), ins))
     scratch = Outputs(dev, False)
-    o, lse = scratch.new(shape), scratch.new(shape[:3])
-    _check(lib.castle_causal_forward(dev._handle, ctypes.byref(desc), *_mems(ins[:3]), o, lse, dev.queue, 0, None,
-                                     None), "castle_causal_forward")
+    desc, o, lse = _causal_forward(dev, ins[:3], shape, scale, scratch)
     outs = Outputs(dev, _cl_mode(arrays))
-    grads = [outs.new(shape) for _ in range(3)]
-    _check(lib.castle_causal_backward(dev._handle, ctypes.byref(desc), *_mems(ins[:3]), o, lse, ins[3].mem, *grads,
-                                      dev.queue, 0, None, None), "castle_causal_backward")
+    _causal_backward(dev, desc, ins[:3], o, lse, ins[3], outs)
     return outs.results()
 
 

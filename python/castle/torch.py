@@ -1,0 +1,162 @@
+"""PyTorch layer: CASTLE and the library's causal attention as autograd functions, and
+CastleAttention, an nn.Module with generation through the UQ-KV cache.
+
+Tensors reach the OpenCL device through host memory: every call copies its inputs from host memory
+into device buffers and its results back (a CUDA tensor is first moved to the host), and results
+are returned on the inputs' torch device and in their dtype.  Inputs whose last axis is contiguous
+(for example (B, H, L, d) views of (B, L, H, d) projections) are read in place, without a
+transposing copy.  The forward pass keeps its device buffers (inputs, o, lse and the workspace
+castle_forward fills) for the backward pass, which therefore copies only dO in and the six
+gradients out and never recomputes the forward."""
+
+import numpy as np
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from . import _core
+
+
+def _host(fn, name, t):
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{fn}: {name} is a {type(t).__name__}; expected a torch.Tensor")
+    if t.is_complex() or not (t.is_floating_point() or t.dtype in (torch.int8, torch.int16, torch.int32, torch.int64,
+                                                                    torch.uint8)):
+        raise ValueError(f"{fn}: {name} has dtype {t.dtype}; expected a real floating dtype (float32 on the device)")
+    t = t.detach().cpu()
+    return (t if t.dtype == torch.float32 else t.float()).numpy()
+
+
+def _back(a, like):
+    return torch.from_numpy(a).to(device=like.device, dtype=like.dtype if like.is_floating_point() else torch.float32)
+
+
+class _State:
+    """What a forward pass leaves for its backward: device buffers and the descriptor."""
+
+    def __init__(self, dev, ins, shape):
+        self.dev, self.ins, self.shape, self.outs = dev, ins, shape, _core.Outputs(dev, False)
+
+
+class _CastleFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, window, scale, device, *six):
+        dev = _core._device(device)
+        shape, ins = _core.uploads(dev, "castle.torch.castle_attention", _core.SIX,
+                                   [_host("castle.torch.castle_attention", n, t) for n, t in zip(_core.SIX, six)])
+        st = _State(dev, ins, shape)
+        st.desc, st.o, st.lse, st.ws = _core._forward("castle_forward", dev, ins, shape, window, scale, st.outs)
+        o, _ = st.outs.results()
+        ctx.state = st
+        return _back(o, six[0])
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, do):
+        st = ctx.state
+        dev = st.dev
+        d = _core.upload(dev, _host("castle.torch.castle_attention", "grad", do), "castle_attention", "do")
+        outs = _core.Outputs(dev, False)
+        _core._backward(dev, st.desc, st.ins, st.o, st.lse, st.ws, d, outs)
+        ctx.state = None  # frees the device buffers
+        return (None, None, None) + tuple(_back(g, do) for g in outs.results())
+
+
+class _CausalFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, scale, device, q, k, v):
+        dev = _core._device(device)
+        names = ("q", "k", "v")
+        shape, ins = _core.uploads(dev, "castle.torch.causal_attention", names,
+                                   [_host("castle.torch.causal_attention", n, t) for n, t in zip(names, (q, k, v))])
+        st = _State(dev, ins, shape)
+        st.desc, st.o, st.lse = _core._causal_forward(dev, ins, shape, scale, st.outs)
+        o, _ = st.outs.results()
+        ctx.state = st
+        return _back(o, q)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, do):
+        st = ctx.state
+        d = _core.upload(st.dev, _host("castle.torch.causal_attention", "grad", do), "causal_attention", "do")
+        outs = _core.Outputs(st.dev, False)
+        _core._causal_backward(st.dev, st.desc, st.ins, st.o, st.lse, d, outs)
+        ctx.state = None
+        return (None, None) + tuple(_back(g, do) for g in outs.results())
+
+
+def castle_attention(qu, ku, vu, qc, kc, vc, window=0, scale=None, device=None):
+    """CASTLE (window 0) or CASTLE-SWL (window W) attention of six (B, H, L, d) tensors -> o
+    (B, H, L, d), differentiable: the backward pass is castle_backward on the forward's saved
+    device state."""
+    return _CastleFunction.apply(window, scale, device, qu, ku, vu, qc, kc, vc)
+
+
+def causal_attention(q, k, v, scale=None, device=None):
+    """The library's causal softmax attention (the baseline) of (B, H, L, d) tensors, differentiable."""
+    return _CausalFunction.apply(scale, device, q, k, v)
+
+
+class CastleAttention(nn.Module):
+    """Multi-head CASTLE attention: six projections dim -> heads x dim_head (QU, KU, VU, QC, KC, VC),
+    CASTLE per head, and the output projection back to dim.
+
+    forward(x) for x of shape (B, L, dim) returns (B, L, dim).  Generation: forward(x, cache,
+    return_cache=True) returns (y, cache); pass a prompt with cache=None (a castle.Cache of
+    cache_capacity tokens per sequence is made, or use new_cache()), then one or more tokens at a
+    time with the returned cache.  The outputs equal forward() of the whole sequence.  The cached
+    path is for inference: it carries no gradient."""
+
+    def __init__(self, dim, heads, dim_head=64, window=0, cache_capacity=1024, device=None):
+        super().__init__()
+        self.heads, self.dim_head, self.window = heads, dim_head, window
+        self.cache_capacity, self.device = cache_capacity, device
+        inner = heads * dim_head
+        self.to_qu, self.to_ku, self.to_vu, self.to_qc, self.to_kc, self.to_vc = (
+            nn.Linear(dim, inner, bias=False) for _ in range(6))
+        self.to_out = nn.Linear(inner, dim, bias=False)
+
+    def _six(self, x):
+        B, L, _ = x.shape
+        return [p(x).view(B, L, self.heads, self.dim_head).transpose(1, 2)
+                for p in (self.to_qu, self.to_ku, self.to_vu, self.to_qc, self.to_kc, self.to_vc)]
+
+    def new_cache(self, batch, capacity=None):
+        """An empty castle.Cache for this layer: batch sequences of at most capacity tokens."""
+        return _core.Cache(batch, self.heads, self.dim_head, capacity or self.cache_capacity, self.window,
+                           device=self.device)
+
+    def forward(self, x, cache=None, return_cache=False):
+        if x.dim() != 3:
+            raise ValueError(f"CastleAttention: x has shape {tuple(x.shape)}; expected (batch, L, dim)")
+        B, L, _ = x.shape
+        six = self._six(x)
+        if cache is None and not return_cache:
+            o = castle_attention(*six, window=self.window, device=self.device)
+        else:
+            if cache is None:
+                cache = self.new_cache(B, max(L, self.cache_capacity))
+            host = [_host("CastleAttention", n, t) for n, t in zip(_core.SIX, six)]
+            step = cache.prefill if not cache.lengths.any() else cache.decode
+            o = _back(step(*host), x)
+        y = self.to_out(o.transpose(1, 2).reshape(B, L, self.heads * self.dim_head))
+        return (y, cache) if return_cache else y
+
+
+class CausalAttention(nn.Module):
+    """The baseline as a module: q, k, v projections, the library's causal attention per head and
+    the output projection (same interface as CastleAttention without the cache)."""
+
+    def __init__(self, dim, heads, dim_head=64, device=None):
+        super().__init__()
+        self.heads, self.dim_head, self.device = heads, dim_head, device
+        inner = heads * dim_head
+        self.to_q, self.to_k, self.to_v = (nn.Linear(dim, inner, bias=False) for _ in range(3))
+        self.to_out = nn.Linear(inner, dim, bias=False)
+
+    def forward(self, x):
+        B, L, _ = x.shape
+        q, k, v = (p(x).view(B, L, self.heads, self.dim_head).transpose(1, 2) for p in (self.to_q, self.to_k, self.to_v))
+        o = causal_attention(q, k, v, device=self.device)
+        return self.to_out(o.transpose(1, 2).reshape(B, L, self.heads * self.dim_head))

@@ -1,0 +1,128 @@
+"""castle.torch against float64 autograd of the parallel form (reference.py), and the module."""
+
+import numpy as np
+import pytest
+
+import castle
+from castle import _core
+from conftest import six
+from reference import castle_parallel_torch, causal_torch, err, tolerance
+
+torch = pytest.importorskip("torch")  # skipped only when torch is not installed; .ci/run installs it
+ct = pytest.importorskip("castle.torch")
+
+FORWARD_TOL = tolerance("FORWARD_TOL")
+BACKWARD_TOL = tolerance("BACKWARD_TOL")
+CAUSAL_GRAD_TOL = tolerance("CAUSAL_GRAD_TOL")
+DECODE_TOL = tolerance("DECODE_TOL")
+
+
+def _grads_f64(ref, arrays, do, **kw):
+    ts = [torch.tensor(np.asarray(a, np.float64), requires_grad=True) for a in arrays]
+    o = ref(*ts, **kw)
+    o.backward(torch.tensor(np.asarray(do, np.float64)))
+    return o.detach().numpy(), [t.grad.numpy() for t in ts]
+
+
+@pytest.mark.parametrize("window", [0, 3])
+def test_castle_attention_gradients(rng, window):
+    shape = (2, 2, 21, 8)
+    x = six(rng, shape)
+    do = rng.uniform(-1, 1, shape).astype(np.float32)
+    ro, rgrads = _grads_f64(castle_parallel_torch, x, do, window=window)
+    ts = [torch.tensor(a, requires_grad=True) for a in x]
+    o = ct.castle_attention(*ts, window=window)
+    assert o.dtype == torch.float32 and o.shape == shape
+    assert err(o.detach().numpy(), ro) < FORWARD_TOL
+    o.backward(torch.tensor(do))
+    for t, r in zip(ts, rgrads):
+        assert err(t.grad.numpy(), r, floor=1e-3) < BACKWARD_TOL
+    for g, r in zip(castle.backward(*x, do, window=window), rgrads):  # the NumPy function too
+        assert err(g, r, floor=1e-3) < BACKWARD_TOL
+
+
+def test_backward_uses_the_saved_forward(rng, monkeypatch):
+    calls = []
+    real = _core._forward
+    monkeypatch.setattr(_core, "_forward", lambda *a: calls.append(1) or real(*a))
+    ts = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in six(rng, (1, 2, 9, 4))]
+    o = ct.castle_attention(*ts)
+    assert o.dtype == torch.float64
+    o.sum().backward()
+    assert len(calls) == 1 and all(t.grad is not None and t.grad.dtype == torch.float64 for t in ts)
+
+
+def test_causal_attention_gradients(rng):
+    shape = (1, 3, 18, 16)
+    q, k, v = six(rng, shape)[:3]
+    do = rng.uniform(-1, 1, shape).astype(np.float32)
+    ro, rgrads = _grads_f64(causal_torch, (q, k, v), do)
+    ts = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
+    o = ct.causal_attention(*ts)
+    assert err(o.detach().numpy(), ro) < FORWARD_TOL
+    o.backward(torch.tensor(do))
+    for t, r in zip(ts, rgrads):
+        assert err(t.grad.numpy(), r, floor=0.1) < CAUSAL_GRAD_TOL
+    for g, r in zip(castle.causal_backward(q, k, v, do), rgrads):
+        assert err(g, r, floor=0.1) < CAUSAL_GRAD_TOL
+
+
+def _module_reference(m, x):
+    """CastleAttention in float64 through the parallel form, with m's weights."""
+    B, L, _ = x.shape
+    six = [(x @ p.weight.double().T).view(B, L, m.heads, m.dim_head).transpose(1, 2)
+           for p in (m.to_qu, m.to_ku, m.to_vu, m.to_qc, m.to_kc, m.to_vc)]
+    o = castle_parallel_torch(*six, window=m.window)
+    return o.transpose(1, 2).reshape(B, L, -1) @ m.to_out.weight.double().T
+
+
+@pytest.mark.parametrize("window", [0, 4])
+def test_module_output_gradients_and_generation(rng, window):
+    torch.manual_seed(0)
+    m = ct.CastleAttention(dim=12, heads=2, dim_head=8, window=window, cache_capacity=16)
+    x = torch.tensor(rng.uniform(-1, 1, (2, 15, 12)), dtype=torch.float32)
+    y = m(x)
+    ref_m = ct.CastleAttention(dim=12, heads=2, dim_head=8, window=window).double()
+    ref_m.load_state_dict(m.state_dict())
+    ry = _module_reference(ref_m, x.double())
+    assert err(y.detach().numpy(), ry.detach().numpy()) < FORWARD_TOL
+    w = torch.tensor(rng.uniform(-1, 1, y.shape), dtype=torch.float32)
+    (y * w).sum().backward()
+    (ry * w.double()).sum().backward()
+    for (name, p), (_, rp) in zip(m.named_parameters(), ref_m.named_parameters()):
+        assert err(p.grad.numpy(), rp.grad.numpy(), floor=1e-3) < BACKWARD_TOL, name
+    with torch.no_grad():  # a prompt, one token, then three per call
+        y0, cache = m(x[:, :8], return_cache=True)
+        y1, cache = m(x[:, 8:9], cache=cache, return_cache=True)
+        y2, cache = m(x[:, 9:12], cache=cache, return_cache=True)
+        y3, cache = m(x[:, 12:], cache=cache, return_cache=True)
+    assert list(cache.lengths) == [15, 15]
+    gen = torch.cat([y0, y1, y2, y3], dim=1)
+    assert np.max(np.abs(gen.numpy() - y.detach().numpy())) < DECODE_TOL
+    with pytest.raises(castle.CastleError) as e:
+        m(x[:, :2], cache=cache, return_cache=True)  # 17 > capacity 16
+    assert e.value.name == "CASTLE_ERR_CACHE_FULL"
+
+
+def test_causal_module(rng):
+    torch.manual_seed(1)
+    m = ct.CausalAttention(dim=8, heads=2, dim_head=4)
+    x = torch.tensor(rng.uniform(-1, 1, (1, 10, 8)), dtype=torch.float32, requires_grad=True)
+    y = m(x)
+    q, k, v = ((x.double() @ p.weight.double().T).view(1, 10, 2, 4).transpose(1, 2) for p in (m.to_q, m.to_k, m.to_v))
+    ry = causal_torch(q, k, v).transpose(1, 2).reshape(1, 10, 8) @ m.to_out.weight.double().T
+    assert err(y.detach().numpy(), ry.detach().numpy()) < FORWARD_TOL
+    y.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_torch_errors(rng):
+    x = [torch.tensor(a) for a in six(rng, (1, 1, 4, 4))]
+    with pytest.raises(ValueError, match="kc"):
+        ct.castle_attention(*x[:4], x[4][0], x[5])
+    with pytest.raises(ValueError, match="qu"):
+        ct.castle_attention(x[0].to(torch.complex64), *x[1:])
+    with pytest.raises(ValueError, match="v"):
+        ct.causal_attention(x[0], x[1], np.zeros((1, 1, 4, 4)))
+    with pytest.raises(ValueError, match="batch, L, dim"):
+        ct.CastleAttention(4, 1, 4)(torch.zeros(4, 4))
