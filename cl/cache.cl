@@ -140,8 +140,12 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
                 const int idx = get_local_id(0) + e * NT;
                 const int rr = idx / DT, c = idx % DT, gc = c0 + c, s = s0 + rr;
                 if (s < P && gc < d) {
+                    /* only the keys s < j < P, j <= s + W: a row outside the gate is never read, so
+                       whatever it holds cannot reach U through a zero weight */
+                    const int jlo = max(0, s + 1 - j0);
+                    const int jhi = min(min(BLK, P - j0), W == 0 ? BLK : s + W + 1 - j0);
                     float acc = 0.0f;
-                    for (int jj = 0; jj < BLK; ++jj)
+                    for (int jj = jlo; jj < jhi; ++jj)
                         acc += sG[rr * BP + jj] * tV[jj * TS + c];
                     __global float *pu = U + (ulong)s * d + gc;
                     *pu = (jb == sb) ? acc : *pu + acc;

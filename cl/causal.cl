@@ -133,22 +133,24 @@ __attribute__((always_inline)) inline cc_vec cc_dot_t(__global const float *x, _
     return (y0 + y1) + (y2 + y3);
 }
 
-/* acc + sum_{s < n} w[s * BLK] g[s * gs .. + CC_VK): weights from local memory against vectors of
-   global rows (row stride gs); `width` < CC_VK reads only the first width columns of each row. */
+/* acc + sum_{s0 <= s < s1} w[s * BLK] g[s * gs .. + CC_VK): weights from local memory against vectors
+   of global rows (row stride gs); `width` < CC_VK reads only the first width columns of each row.
+   Callers pass exactly the rows their output may see (the causal mask as a range): a masked row is
+   never read, so whatever it holds (NaN, Inf) cannot reach the sum through a zero weight. */
 __attribute__((always_inline)) inline cc_vec cc_axpy_rows(cc_vec acc, __local const float *w, __global const float *g,
-                                                          ulong gs, int n, int width)
+                                                          ulong gs, int s0, int s1, int width)
 {
     cc_vec y0 = 0.0f, y1 = 0.0f, y2 = 0.0f, y3 = 0.0f;
-    int s = 0;
+    int s = s0;
     if (width >= CC_VK) {
-        for (; s + 4 <= n; s += 4) {
+        for (; s + 4 <= s1; s += 4) {
             y0 += w[s * BLK] * CC_LOAD(g + s * gs);
             y1 += w[(s + 1) * BLK] * CC_LOAD(g + (s + 1) * gs);
             y2 += w[(s + 2) * BLK] * CC_LOAD(g + (s + 2) * gs);
             y3 += w[(s + 3) * BLK] * CC_LOAD(g + (s + 3) * gs);
         }
     }
-    for (; s < n; ++s)
+    for (; s < s1; ++s)
         y0 += w[s * BLK] * cc_vload_part(g + s * gs, width);
     return acc + ((y0 + y1) + (y2 + y3));
 }
@@ -288,7 +290,9 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             const int unit = lid + u * CC_NT, row = unit % BLK, c0 = unit / BLK * CC_VK;
             if (c0 >= d || row >= qrows)
                 continue;
-            acc[u] = cc_axpy_rows(acc[u] * sA[row], sP + row, pv + (ulong)s0 * sv.z + c0, sv.z, nk, d - c0);
+            /* keys s0 .. pos0 + row of this block: the later ones are masked for this row */
+            const int seen = clamp(pos0 + row + 1 - s0, 0, nk);
+            acc[u] = cc_axpy_rows(acc[u] * sA[row], sP + row, pv + (ulong)s0 * sv.z + c0, sv.z, 0, seen, d - c0);
         }
     }
 
@@ -529,8 +533,9 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
             const int row = rg + m * CC_RG;
             cc_vec p = 0.0f, ds = 0.0f;
             if (row < qrows) {
-                p = select(exp(s_[m] * sc - sLse[row]), (cc_vec)0.0f, key > (cc_ivec)(q0 + row));
-                ds = p * (g_[m] - sDel[row]);
+                const cc_ivec masked = key > (cc_ivec)(q0 + row);
+                p = select(exp(s_[m] * sc - sLse[row]), (cc_vec)0.0f, masked);
+                ds = select(p * (g_[m] - sDel[row]), (cc_vec)0.0f, masked);
             }
             CC_STORE(p, sP + row * BLK + vg * CC_VK);
             CC_STORE(ds, sD + row * BLK + vg * CC_VK);
@@ -540,8 +545,10 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
             const int unit = lid + u * CC_NT, kr = unit % BLK, c0 = unit / BLK * CC_VK;
             if (c0 >= d || kr >= krows)
                 continue;
-            accV[u] = cc_axpy_rows(accV[u], sP + kr, pdo + (ulong)q0 * sdo.z + c0, sdo.z, qrows, d - c0);
-            accK[u] = cc_axpy_rows(accK[u], sD + kr, pq + (ulong)q0 * sq.z + c0, sq.z, qrows, d - c0);
+            /* query rows s0 + kr .. of this block: the earlier ones do not see key kr */
+            const int first = clamp(s0 + kr - q0, 0, qrows);
+            accV[u] = cc_axpy_rows(accV[u], sP + kr, pdo + (ulong)q0 * sdo.z + c0, sdo.z, first, qrows, d - c0);
+            accK[u] = cc_axpy_rows(accK[u], sD + kr, pq + (ulong)q0 * sq.z + c0, sq.z, first, qrows, d - c0);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
@@ -638,8 +645,8 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
             const int kr = rg + m * CC_RG;
             cc_vec ds = 0.0f;
             if (kr < krows) {
-                const cc_vec p = select(exp(s_[m] * sc - lsev), (cc_vec)0.0f, (cc_ivec)(s0 + kr) > pos);
-                ds = p * (g_[m] - delv);
+                const cc_ivec masked = (cc_ivec)(s0 + kr) > pos;
+                ds = select(exp(s_[m] * sc - lsev) * (g_[m] - delv), (cc_vec)0.0f, masked);
             }
             CC_STORE(ds, sD + kr * BLK + vg * CC_VK);
         }
@@ -648,7 +655,8 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
             const int unit = lid + u * CC_NT, row = unit % BLK, c0 = unit / BLK * CC_VK;
             if (c0 >= d || row >= qrows)
                 continue;
-            acc[u] = cc_axpy_rows(acc[u], sD + row, pk + (ulong)s0 * sk.z + c0, sk.z, krows, d - c0);
+            const int seen = clamp(q0 + row + 1 - s0, 0, krows); /* keys s0 .. q0 + row */
+            acc[u] = cc_axpy_rows(acc[u], sD + row, pk + (ulong)s0 * sk.z + c0, sk.z, 0, seen, d - c0);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }

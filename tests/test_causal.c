@@ -10,6 +10,8 @@
  *              forward pass over the whole sequence (on the device, and the reference); without lse;
  *              from an empty cache; a long cache whose keys are split among work-groups.
  *   queue      an out-of-order queue with events between the calls gives the same bits.
+ *   causality  a NaN or Inf in q, k or v at token r leaves every output row before r bitwise as it
+ *              was, in the forward pass and in prefill + decode (masked keys are never read).
  *   api        the KV cache's capacity (CASTLE_ERR_CACHE_FULL, nothing changed), CACHE_NOT_EMPTY,
  *              SHAPE_MISMATCH, reset, bytes, length, destroy(NULL); argument errors. */
 #include "harness.h"
@@ -40,9 +42,19 @@ typedef struct cz_case {
 
 static double scale_of(const cz_case *c) { return c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->d); }
 
+/* A non-finite value planted in input `tensor` at token `row` (every batch entry, head and column);
+   tensor < 0: none.  Set by the causality tests only. */
+static struct {
+    int tensor;
+    size_t row;
+    float value;
+} poison = {-1, 0, 0.0f};
+
 /* Input tensor t (QC, KC, VC or DO) at token `row` of sequence (b, h): the same for every call. */
 static float val(const cz_case *c, int t, size_t b, size_t h, size_t row, size_t col)
 {
+    if (t == poison.tensor && row == poison.row)
+        return poison.value;
     return (float)(c->mag * h_value(c->seed, (unsigned)t, b, h, row, col));
 }
 
@@ -383,6 +395,48 @@ START_TEST(test_forward_window_ignored)
 }
 END_TEST
 
+/* Rows [0, r) of the logical (B*H, L, w) arrays a and b are bitwise equal. */
+static bool same_prefix(const float *a, const float *b, size_t BH, size_t L, size_t w, size_t r)
+{
+    for (size_t bh = 0; bh < BH; ++bh)
+        if (memcmp(a + bh * L * w, b + bh * L * w, r * w * sizeof(float)))
+            return false;
+    return true;
+}
+
+/* Non-finite values planted at token r: rows 0..r-1 of o and lse stay bitwise as without them.
+   r = 5 and 40 sit inside a block (default block 32: the masked keys of a diagonal block), 64 on a
+   block edge, 99 in the ragged last block. */
+static const size_t poison_rows[] = {5, 40, 64, 99};
+static const float poison_values[] = {NAN, INFINITY, -INFINITY};
+#define NPOISON_ROWS ((int)(sizeof poison_rows / sizeof poison_rows[0]))
+
+START_TEST(test_forward_causality)
+{
+    const cz_case c = {2, 2, 100, 33, H_BHLD, 1, 0, 42};
+    const size_t BH = c.B * c.H;
+    float *o0, *l0;
+    run_forward(&c, 0, &o0, &l0);
+    static const int tensors[] = {CASTLE_TENSOR_QC, CASTLE_TENSOR_KC, CASTLE_TENSOR_VC};
+    for (int t = 0; t < 3; ++t)
+        for (int v = 0; v < 3; ++v) {
+            poison.tensor = tensors[t];
+            poison.row = poison_rows[_i];
+            poison.value = poison_values[v];
+            float *o, *l;
+            run_forward(&c, 0, &o, &l);
+            ck_assert_msg(same_prefix(o, o0, BH, c.L, c.d, poison.row) && same_prefix(l, l0, BH, c.L, 1, poison.row),
+                          "forward: %g in tensor %d at row %zu changed an earlier row", (double)poison.value,
+                          poison.tensor, poison.row);
+            free(o);
+            free(l);
+        }
+    poison.tensor = -1;
+    free(o0);
+    free(l0);
+}
+END_TEST
+
 /* ---- backward ---------------------------------------------------------------------------------- */
 
 /* clang-format off */
@@ -651,6 +705,44 @@ START_TEST(test_decode_out_of_order)
 }
 END_TEST
 
+/* Prefill + decode with a non-finite value at token r (in the prompt, then among the decoded
+   tokens): the outputs before r are bitwise those of a clean run.  Chunks of 1 (castle_causal_decode)
+   and 5 (the block kernel). */
+START_TEST(test_decode_causality)
+{
+    const dec_case dc = {{2, 2, 70, 16, H_BHLD, 1, 0, 97}, 33, _i ? 5 : 1, true};
+    const cz_case *c = &dc.c;
+    const size_t BH = c->B * c->H, rows[2] = {20, 50};
+    castle_attention_desc cd;
+    castle_attention_desc_init(&cd, c->B, c->H, c->L, c->d);
+    float *o0, *l0;
+    castle_kv_cache *kc = NULL;
+    ck_assert(castle_kv_cache_create(ctx(), &cd, &kc) == CASTLE_SUCCESS);
+    run_decode(&dc, kc, h_queue(), &o0, &l0);
+    static const int tensors[] = {CASTLE_TENSOR_QC, CASTLE_TENSOR_KC, CASTLE_TENSOR_VC};
+    for (int r = 0; r < 2; ++r)
+        for (int t = 0; t < 3; ++t)
+            for (int v = 0; v < 2; ++v) {
+                ck_assert(castle_kv_cache_reset(kc) == CASTLE_SUCCESS);
+                poison.tensor = tensors[t];
+                poison.row = rows[r];
+                poison.value = poison_values[v];
+                float *o, *l;
+                run_decode(&dc, kc, h_queue(), &o, &l);
+                ck_assert_msg(same_prefix(o, o0, BH, c->L, c->d, poison.row) &&
+                                  same_prefix(l, l0, BH, c->L, 1, poison.row),
+                              "decode (chunk %zu): %g in tensor %d at row %zu changed an earlier row", dc.chunk,
+                              (double)poison.value, poison.tensor, poison.row);
+                free(o);
+                free(l);
+            }
+    poison.tensor = -1;
+    castle_kv_cache_destroy(kc);
+    free(o0);
+    free(l0);
+}
+END_TEST
+
 /* ---- API and errors ---------------------------------------------------------------------------- */
 
 START_TEST(test_cache_api)
@@ -772,6 +864,7 @@ Suite *causal_suite(void)
     tcase_add_loop_test(tc, test_forward_shapes, 0, NFWD);
     tcase_add_loop_test(tc, test_forward_large, 0, 2);
     tcase_add_test(tc, test_forward_window_ignored);
+    tcase_add_loop_test(tc, test_forward_causality, 0, NPOISON_ROWS);
     suite_add_tcase(s, tc);
     tc = tcase_create("backward");
     tcase_set_timeout(tc, 300);
@@ -783,6 +876,7 @@ Suite *causal_suite(void)
     tcase_add_loop_test(tc, test_decode_invariant, 0, NDEC);
     tcase_add_test(tc, test_decode_long);
     tcase_add_test(tc, test_decode_out_of_order);
+    tcase_add_loop_test(tc, test_decode_causality, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("api");
     tcase_add_test(tc, test_cache_api);

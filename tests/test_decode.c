@@ -13,7 +13,10 @@
  *               and leaves the cache (all four tensors, the lengths) as it was.
  *   mismatch    batch, heads, head_dim, window, scale other than the cache's: CASTLE_ERR_SHAPE_MISMATCH;
  *               a second prefill: CASTLE_ERR_CACHE_NOT_EMPTY; other argument errors.
- *   api         bytes, lengths, buffers, reset, destroy(NULL), status names. */
+ *   api         bytes, lengths, buffers, reset, destroy(NULL), status names.
+ *   causality   a NaN or Inf in any input at token r (in the prompt or among the decoded tokens)
+ *               leaves every output before r bitwise as it was; NaN or Inf in the padding past
+ *               prompt_lengths leaves every output (prefill and decode) bitwise as it was. */
 #include "harness.h"
 #include "ref.h"
 #include "tolerance.h"
@@ -26,6 +29,7 @@
 
 #define SENTINEL 1234.5f /* the harness's guard value */
 #define MAXB 2
+#define PAD 100 /* poison.tensor: the padding of the prefill's shorter sequences */
 
 typedef struct dec_case {
     size_t B, H, d;
@@ -72,8 +76,20 @@ static size_t maxP(const dec_case *c)
 
 static double scale_of(const dec_case *c) { return 1.0 / sqrt((double)c->d); }
 
+/* Set by the causality tests only: a non-finite value planted in input `tensor` at token `row` (every
+   sequence, head and column; tensor < 0: none), and in the padding of a prefill (rows at or past
+   pad_from[b] of sequence b, when pad_from is set). */
+static struct {
+    int tensor;
+    size_t row;
+    float value;
+    const size_t *pad_from;
+} poison = {-1, 0, 0.0f, NULL};
+
 static float val(const dec_case *c, unsigned t, size_t b, size_t h, size_t pos, size_t e)
 {
+    if ((int)t == poison.tensor && pos == poison.row)
+        return poison.value;
     return (float)h_value(c->seed, t, b, h, pos, e);
 }
 
@@ -131,7 +147,9 @@ static void io_make(const dec_case *c, const size_t *base, size_t rows, call_io 
                         const size_t o = off_of(l, width, c->H, rows, b, h, r) + e;
                         io->used[t][o] = true;
                         if (t < 6)
-                            io->host[t][o] = val(c, (unsigned)t, b, h, base[b] + r, e);
+                            io->host[t][o] = poison.pad_from && r >= poison.pad_from[b]
+                                                 ? poison.value
+                                                 : val(c, (unsigned)t, b, h, base[b] + r, e);
                     }
         ck_assert(h_guarded_create(castle_context_cl_context(ctx), castle_context_device(ctx), &io->g[t], span));
         ck_assert(h_guarded_write(q, &io->g[t], t < 6 ? io->host[t] : NULL));
@@ -210,7 +228,9 @@ static castle_cache *run_sequence(const dec_case *c, float *o, float *lse)
     cl_command_queue q = h_queue();
     if (Pm > 0) {
         call_io io;
+        poison.pad_from = poison.tensor == PAD ? c->P : NULL; /* only the prefill has padding */
         io_make(c, zero, Pm, &io);
+        poison.pad_from = NULL;
         bool ragged = false;
         for (size_t b = 0; b < c->B; ++b)
             ragged = ragged || c->P[b] != Pm;
@@ -546,6 +566,56 @@ START_TEST(test_out_of_order_queue)
 }
 END_TEST
 
+/* Rows [0, r[b]) of sequence b, every head, of logical (B, H, Lmax, w) arrays a and b, bitwise. */
+static bool same_prefix(const dec_case *c, const float *a, const float *b, size_t Lmax, size_t w, const size_t *r)
+{
+    for (size_t s = 0; s < c->B; ++s)
+        for (size_t h = 0; h < c->H; ++h) {
+            const size_t at = (s * c->H + h) * Lmax * w;
+            if (memcmp(a + at, b + at, r[s] * w * sizeof(float)))
+                return false;
+        }
+    return true;
+}
+
+/* Ragged prompts (20 and 9 tokens), then chunks of 3 (_i = 0: CASTLE, 1: SWL window 5).  NaN, +Inf
+   and -Inf in each of the six inputs at token 7 (in both prompts), 14 (in the longer prompt; a decoded
+   token of the shorter sequence, whose prefill padding holds it too) and 24 (decoded in both), and in
+   all the padding past prompt_lengths: the outputs before the token (for the padding: all of them)
+   keep their bits. */
+START_TEST(test_causality)
+{
+    const dec_case c = {2, 2, 16, _i ? 5 : 0, {20, 9}, 21, 3, 0, H_BHLD, true, 61};
+    const size_t cap = cap_of(&c), d = c.d, BH = c.B * c.H;
+    ck_assert_msg(h_context(), "no device: %s", castle_last_error());
+    float *o0 = calloc(BH * cap * d, sizeof(float)), *l0 = calloc(BH * cap, sizeof(float));
+    float *o = calloc(BH * cap * d, sizeof(float)), *l = calloc(BH * cap, sizeof(float));
+    ck_assert(o0 && l0 && o && l);
+    castle_cache_destroy(run_sequence(&c, o0, l0));
+    static const float values[] = {NAN, INFINITY, -INFINITY};
+    static const size_t rows[] = {24, 7, 14};
+    for (int t = 0; t < 6; ++t)
+        for (int r = 0; r < 1; ++r)
+            for (int v = 0; v < 3; ++v) {
+                poison.tensor = t < 6 ? t : PAD;
+                poison.row = rows[r];
+                poison.value = values[v];
+                castle_cache_destroy(run_sequence(&c, o, l));
+                size_t before[MAXB]; /* outputs that must keep their bits: positions before the token */
+                for (size_t b = 0; b < c.B; ++b)
+                    before[b] = t == 6 ? c.P[b] + c.n : poison.row;
+                ck_assert_msg(same_prefix(&c, o, o0, cap, d, before) && same_prefix(&c, l, l0, cap, 1, before),
+                              "W=%ld: %g %s %d at token %zu changed an earlier output", c.W, (double)poison.value,
+                              t < 6 ? "in input" : "in the padding (input any)", t, poison.row);
+            }
+    poison.tensor = -1;
+    free(o0);
+    free(l0);
+    free(o);
+    free(l);
+}
+END_TEST
+
 static void check_status(castle_status got, castle_status want, const char *what)
 {
     ck_assert_msg(got == want, "%s: got %s (%s), expected %s", what, castle_status_string(got), castle_last_error(),
@@ -771,6 +841,7 @@ Suite *decode_suite(void)
     tcase_add_loop_test(tc, test_invariants, 0, NCASES);
     tcase_add_test(tc, test_from_empty);
     tcase_add_test(tc, test_out_of_order_queue);
+    tcase_add_loop_test(tc, test_causality, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("errors");
     tcase_set_timeout(tc, 300);

@@ -291,7 +291,8 @@ CASTLE_API castle_status castle_prefill(castle_context *ctx, castle_cache *cache
    rank-1 update U[s] += G[s,t] vU_t (rows s >= t - W only for CASTLE-SWL), the append of qU_t, kC_t,
    vC_t, and the attention over the cache: O(t d) work in two launches (n tokens: 2n, one token
    after the other), split over the cache rows so that one sequence uses many work-groups; no host
-   round trip, no allocation.  Would any sequence
+   round trip, no allocation.  A NaN or Inf in a decoded token's inputs never reaches the outputs of
+   earlier tokens (masked entries are never read into a product).  Would any sequence
    pass the capacity, returns CASTLE_ERR_CACHE_FULL with nothing enqueued and the cache unchanged.
    Works on an empty cache too (a prompt decoded token by token). */
 CASTLE_API castle_status castle_decode(castle_context *ctx, castle_cache *cache, const castle_attention_desc *desc,
@@ -309,7 +310,9 @@ CASTLE_API castle_status castle_decode(castle_context *ctx, castle_cache *cache,
    1/sqrt(d).  window and the U tensors' layouts are ignored (causal attention has no lookahead), so
    one descriptor serves both CASTLE and its baseline.  FlashAttention-2 style (cl/causal.cl): no
    workspace, O(L d) memory, nominal forward FLOPs 2 d L^2 per batch entry and head (SPEC
-   section 6), backward without atomics (bitwise reproducible on a device). */
+   section 6), backward without atomics (bitwise reproducible on a device).  Causal in the floating-
+   point sense too: a masked key is never read, so a NaN or Inf in the inputs of token r leaves the
+   outputs of every earlier token bitwise as they would be without it (forward, prefill, decode). */
 
 /* o and lse (both required) from q, k, v: one launch.  o and lse must not overlap any input. */
 CASTLE_API castle_status castle_causal_forward(castle_context *ctx, const castle_attention_desc *desc,
