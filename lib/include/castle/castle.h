@@ -1,8 +1,10 @@
 /*
  * libcastle: CASTLE (Causal Attention with Lookahead Keys) and CASTLE-SWL on any OpenCL 1.2+ device.
  *
- * The mathematics is the project's SPEC.md (Song, Sun, Yuan, Gu, "Causal Attention with Lookahead
- * Keys").  Conventions used throughout this header:
+ * What is computed, and how, is described in the repository's docs/algorithm.md (CASTLE is due to
+ * Song, Sun, Yuan, Gu, "Causal Attention with Lookahead Keys"); the comments below cite its sections.
+ * Building, installing and the environment variables: docs/building.md.  The README is the overview.
+ * Conventions used throughout this header (docs/algorithm.md section 6):
  *   - Tensors are float32, shaped (batch, heads, L, d) and addressed by element strides for batch,
  *     head and row; the last dimension (d) is contiguous.  lse is (batch, heads, L).
  *   - Every call returns a castle_status.  CASTLE_SUCCESS is 0; negative values in the OpenCL range
@@ -126,7 +128,7 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
    block*block and block*dchunk (0: the table's width for the device, narrowed until it fits);
    fold at most 1024; the local memory the kernels need must fit the device's. */
 typedef struct castle_tuning {
-    unsigned block;   /* BLK: rows per block (SPEC section 3) */
+    unsigned block;   /* BLK: rows per block (docs/algorithm.md section 3) */
     unsigned threads; /* work-items per work-group */
     unsigned dchunk;  /* columns of d staged through local memory per step */
     unsigned vector;  /* SIMD width of the kernels' dot products (1 = scalar) */
@@ -210,8 +212,8 @@ CASTLE_API castle_status castle_attention_desc_set_blhd(castle_attention_desc *d
 CASTLE_API castle_status castle_forward_workspace_size(const castle_context *ctx,
                                                        const castle_attention_desc *desc, size_t *bytes);
 
-/* O = CASTLE(QU, KU, VU, QC, KC, VC) and lse, as SPEC section 1 defines them, computed by the
-   blockwise algorithm of SPEC section 3 (one launch for the diagonal blocks, then one per
+/* O = CASTLE(QU, KU, VU, QC, KC, VC) and lse, as docs/algorithm.md section 1 defines them, computed by the
+   blockwise algorithm of docs/algorithm.md section 3 (one launch for the diagonal blocks, then one per
    off-diagonal).  Buffers are float32 with the descriptor's layouts; o and lse must not overlap
    any input.  workspace must hold castle_forward_workspace_size() bytes. */
 CASTLE_API castle_status castle_forward(castle_context *ctx, const castle_attention_desc *desc,
@@ -222,7 +224,7 @@ CASTLE_API castle_status castle_forward(castle_context *ctx, const castle_attent
 
 /* ---- Backward pass ------------------------------------------------------------------------ */
 /* Gradients of a loss with respect to the six projections, given dO = dLoss/dO: the blockwise
-   backward of SPEC section 4, one launch per anti-diagonal in reverse (k = N-1 .. 0).  Inputs: the
+   backward of docs/algorithm.md section 4, one launch per anti-diagonal in reverse (k = N-1 .. 0).  Inputs: the
    forward's six inputs, o and lse as the forward wrote them, the workspace the forward filled (same
    descriptor, same context tuning) and d_o.  Outputs (overwritten, not accumulated): d_qu .. d_vc,
    laid out by the descriptor's DQU .. DVC layouts; they must not overlap each other or any input.
@@ -234,7 +236,7 @@ CASTLE_API castle_status castle_backward(castle_context *ctx, const castle_atten
                                          cl_command_queue queue, cl_uint num_wait_events,
                                          const cl_event *wait_events, cl_event *event);
 
-/* ---- Inference: the UQ-KV cache (SPEC section 5) --------------------------------------------- */
+/* ---- Inference: the UQ-KV cache (docs/algorithm.md section 5) -------------------------------- */
 /* A cache for one layer of a serving loop: for each batch entry and head, the lookahead keys U, and
    QU, KC, VC of every cached token, on the device, with a current length per sequence (sequences of
    one batch may differ in length).  castle_prefill fills it from a prompt, castle_decode appends
@@ -278,7 +280,7 @@ CASTLE_API castle_status castle_cache_buffer(const castle_cache *cache, castle_c
    sequence b has prompt_lengths[b] <= P tokens (at most the capacity, else CASTLE_ERR_CACHE_FULL); its
    later rows are read by the forward pass, so they must hold finite values, but they change nothing.  Writes o (and lse, unless NULL) as castle_forward does for the first
    prompt_lengths[b] rows of each sequence (later rows: unspecified values), and the cache: U by the
-   forward's D (SPEC section 3) or, for sequences shorter than P, by one flash-style gated pass.
+   forward's D (docs/algorithm.md section 3) or, for sequences shorter than P, by one flash-style gated pass.
    Allocates the forward's workspace for the call. */
 CASTLE_API castle_status castle_prefill(castle_context *ctx, castle_cache *cache, const castle_attention_desc *desc,
                                         const size_t *prompt_lengths,
@@ -309,7 +311,7 @@ CASTLE_API castle_status castle_decode(castle_context *ctx, castle_cache *cache,
    o, lse the O and LSE layouts; d_o, dq, dk, dv the DO, DQC, DKC, DVC layouts.  scale 0 means
    1/sqrt(d).  window and the U tensors' layouts are ignored (causal attention has no lookahead), so
    one descriptor serves both CASTLE and its baseline.  FlashAttention-2 style (cl/causal.cl): no
-   workspace, O(L d) memory, nominal forward FLOPs 2 d L^2 per batch entry and head (SPEC
+   workspace, O(L d) memory, nominal forward FLOPs 2 d L^2 per batch entry and head (docs/algorithm.md
    section 6), backward without atomics (bitwise reproducible on a device).  Causal in the floating-
    point sense too: a masked key is never read, so a NaN or Inf in the inputs of token r leaves the
    outputs of every earlier token bitwise as they would be without it (forward, prefill, decode). */
