@@ -1,4 +1,4 @@
-/* backward.cl: the blockwise CASTLE backward pass (SPEC section 4).
+/* backward.cl: the blockwise CASTLE backward pass (docs/algorithm.md section 4).
  *
  * One launch per anti-diagonal, in reverse (k = N-1 .. 0); work-group (j, bh) handles the block
  * pair (i = j + k, j) of batch entry b = bh / H, head h = bh % H:

@@ -1,4 +1,4 @@
-/* cache.cl: prefill and decode with the UQ-KV cache (SPEC section 5).
+/* cache.cl: prefill and decode with the UQ-KV cache (docs/algorithm.md section 5).
  *
  * The cache of one batch entry and head (bh = b * H + h) holds, row s for each cached token s:
  *   U  (cap x d)  lookahead keys u_s = sum_{s < j < len, j <= s + W} G[s,j] vU_j
@@ -11,7 +11,7 @@
  *
  * Prefill (after the forward pass wrote the prompt's outputs):
  *   castle_cache_prefill_store  copies KC, VC and the QU ring rows, and U from the forward's D
- *                               (D_j final = U of the prompt, SPEC section 3) when every sequence
+ *                               (D_j final = U of the prompt, docs/algorithm.md section 3) when every sequence
  *                               has the descriptor's length;
  *   castle_cache_prefill_u      otherwise computes U by a flash-style pass: per row block T_s,
  *                               U[T_s] = sum over key blocks T_j of sigmoid-gated VU[T_j] (no softmax).

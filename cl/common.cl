@@ -5,7 +5,7 @@
  * Never build with -cl-fast-relaxed-math or -cl-finite-math-only: -INFINITY is the score mask. */
 
 #ifndef BLK
-#define BLK 32          /* rows per block (SPEC section 3) */
+#define BLK 32          /* rows per block (docs/algorithm.md section 3) */
 #endif
 #ifndef NT
 #define NT 256          /* work-items per work-group; multiple of BLK, divides BLK*BLK and BLK*DT */
@@ -182,7 +182,7 @@ inline void pair_add_v(vfloat *hi, vfloat *lo, vfloat x)
 
 /* (hi, lo) += x, keeping the bits fl(hi + x) drops (TwoSum, then renormalise).  D_j is kept this
    way so that the backward pass can roll it back by subtraction without the cancellation error of
-   plain float sums (SPEC section 4). */
+   plain float sums (docs/algorithm.md section 4). */
 inline void pair_add(float *hi, float *lo, float x)
 {
     const float s = *hi + x;

@@ -1,4 +1,4 @@
-/* forward.cl: the blockwise CASTLE forward pass (SPEC section 3).
+/* forward.cl: the blockwise CASTLE forward pass (docs/algorithm.md section 3).
  *
  * One launch per anti-diagonal k; work-group (j, bh) computes the block pair (i = j + k, j) of
  * batch entry b = bh / H, head h = bh % H:

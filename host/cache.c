@@ -1,7 +1,7 @@
-/* The UQ-KV cache on the device (SPEC section 5) and the launch schedules of prefill and decode.
+/* The UQ-KV cache on the device (docs/algorithm.md section 5) and the launch schedules of prefill and decode.
  *
  * Prefill: the forward pass over the prompt (host/schedule.c) writes the outputs and leaves each
- * D_j final in its workspace, which is U after a prefill of the whole prompt (SPEC sections 3, 5);
+ * D_j final in its workspace, which is U after a prefill of the whole prompt (docs/algorithm.md sections 3, 5);
  * one copy kernel moves KC, VC, the QU ring rows and (when every sequence has the descriptor's
  * length) U into the cache.  Sequences shorter than the descriptor get U from one flash-style
  * gated pass instead (cl/cache.cl castle_cache_prefill_u), since their D would see the padding rows.

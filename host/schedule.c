@@ -1,4 +1,4 @@
-/* The anti-diagonal wavefront (SPEC section 3): launch k = 0 computes the diagonal blocks, launch
+/* The anti-diagonal wavefront (docs/algorithm.md section 3): launch k = 0 computes the diagonal blocks, launch
  * k = 1 .. N-1 the k-th off-diagonal; within a launch the work-groups cover the columns j (dim 0)
  * and the batch entries x heads (dim 1).  Launches are ordered by the queue when it is in-order,
  * by events between them otherwise.  The backward runs the same wavefront in reverse.  Short

@@ -1,4 +1,4 @@
-/* The forward and backward wavefront schedules (host/schedule.c, SPEC sections 3 and 4). */
+/* The forward and backward wavefront schedules (host/schedule.c, docs/algorithm.md sections 3 and 4). */
 #ifndef CASTLE_HOST_SCHEDULE_H
 #define CASTLE_HOST_SCHEDULE_H
 

@@ -15,7 +15,7 @@ typedef struct tuning_entry {
 } tuning_entry;
 
 /* First match wins; the last entry is the default.  Values were measured with castle-bench on the
-   devices named; see README "Tuning". */
+   devices named; how a tuning is chosen and overridden: docs/building.md, "Tuning". */
 static const tuning_entry table[] = {
     {"pocl-cpu", NULL, "pthread", CL_DEVICE_TYPE_CPU, {32, 64, 32, 16, 8}},
     {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, {32, 64, 32, 16, 8}},

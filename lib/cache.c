@@ -1,4 +1,4 @@
-/* The public API of the UQ-KV cache (SPEC section 5): argument checks (lib/validate.c), the
+/* The public API of the UQ-KV cache (docs/algorithm.md section 5): argument checks (lib/validate.c), the
  * cache's state checks (emptiness, capacity), then dispatch to host/cache.c. */
 #include "cache.h"
 #include "validate.h"

@@ -260,7 +260,7 @@ castle_status castle__check_buffers(const castle_context *ctx, const castle_prob
     return check_set(ctx, p, bufs, used, true, workspace);
 }
 
-/* ---- UQ-KV cache (SPEC section 5) ---- */
+/* ---- UQ-KV cache (docs/algorithm.md section 5) ---- */
 castle_status castle__check_cache_desc(const castle_cache *c, const castle_attention_desc *desc,
                                        const castle_problem *p)
 {

@@ -1,4 +1,4 @@
-/* libcastle test reference: double-precision CPU CASTLE attention. See ref.h and shared/SPEC.md. */
+/* libcastle test reference: double-precision CPU CASTLE attention. See ref.h and docs/algorithm.md. */
 #include "ref.h"
 
 #include <math.h>
@@ -64,7 +64,7 @@ static int bad_args(int L, int d, int W)
 
 #define ROW(m, r) ((m) + (size_t)(r) * (size_t)d)
 
-/* ---------------------------------------------------------------- recurrent (SPEC 1) */
+/* ------------------------------------------------------ recurrent (docs/algorithm.md section 1) */
 
 int ref_forward_recurrent(int L, int d, int W, double sc,
                           const double *qu, const double *ku, const double *vu,
@@ -127,7 +127,7 @@ int ref_forward_recurrent(int L, int d, int W, double sc,
     return 0;
 }
 
-/* ---------------------------------------------------------------- parallel pieces (SPEC 2) */
+/* ------------------------------------------------ parallel pieces (docs/algorithm.md section 2) */
 
 /* Fills (all L x L, row-major):
  *   G[s,j] = sigmoid(sc qU_s.kU_j) on allowed entries, else 0
@@ -331,7 +331,7 @@ int ref_backward(int L, int d, int W, double sc,
     return 0;
 }
 
-/* ---------------------------------------------------------------- prefill cache (SPEC 5) */
+/* -------------------------------------------------- prefill cache (docs/algorithm.md section 5) */
 
 int ref_prefill_cache_u(int P, int d, int W, double sc,
                         const double *qu, const double *ku, const double *vu,

@@ -13,7 +13,7 @@
  * evaluation of the same gradients", the yardstick for the device backward's error at long L.
  * The source (tests/ref_grad.inc) is one body compiled twice from ref_grad.c.
  *
- * Scheme (t = query row, s = key row, j = lookahead token; SPEC sections 1, 2, 4). Two passes:
+ * Scheme (t = query row, s = key row, j = lookahead token; docs/algorithm.md sections 1, 2, 4). Two passes:
  *
  * Pass 1, forward over t (the recurrent definition, as ref_forward_recurrent): keep u_s = u^t_s
  *   for every s (L x d), updated u_s += G[s,t] vU_t; scores a[t,s], softmax stats

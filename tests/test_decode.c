@@ -1,4 +1,4 @@
-/* The UQ-KV cache (SPEC section 5) on the OpenCL device (CASTLE_DEVICE):
+/* The UQ-KV cache (docs/algorithm.md section 5) on the OpenCL device (CASTLE_DEVICE):
  *
  *   invariants  prefill of P_b tokens (sequences of one batch may differ), then decode of the rest,
  *               one token per call or in chunks: the outputs equal one forward over the whole

@@ -1,5 +1,5 @@
 /* Tests of the double-precision CASTLE reference (tests/ref.c) against the definition in
- * shared/SPEC.md: recurrent vs parallel form, hand-computed cases, gradients vs central finite
+ * docs/algorithm.md: recurrent vs parallel form, hand-computed cases, gradients vs central finite
  * differences, and the UQ-KV prefill cache vs a naive evaluation of its definition.
  * Set REF_TEST_VERBOSE=1 in the environment to print the worst error of every check. */
 #include "ref.h"
@@ -425,7 +425,7 @@ START_TEST(test_prefill_cache)
         ck_assert_msg(u[(size_t)(P - 1) * d + c] == 0.0, "U[P-1] must be 0, got %g",
                       u[(size_t)(P - 1) * d + c]);
 
-    /* Decode of token P from the cache (SPEC 5) reproduces the forward output of token P. */
+    /* Decode of token P from the cache (docs/algorithm.md section 5) reproduces the forward output of token P. */
     int P1 = P + 1;
     double *u1 = malloc((size_t)P1 * d * sizeof(double)), *a = malloc((size_t)P1 * sizeof(double));
     double *o = malloc((size_t)P1 * d * sizeof(double)), *lse = malloc((size_t)P1 * sizeof(double));

@@ -27,7 +27,7 @@
  * ~u |a| ~ 1e-4, and P = exp(A - lse) turns them into relative errors of the same size in every
  * gradient: seen 3.8e-6 .. 6.4e-5 depending on the summation order of the kernels' dot products.
  * BACKWARD_LONG_RATIO = 10: at L = 4096 the device error may be at most 10x the error of a float32
- * evaluation of the same gradients (issue 3); see test_backward.c:test_long. */
+ * evaluation of the same gradients (docs/algorithm.md section 4); see test_backward.c:test_long. */
 #define BACKWARD_TOL 1e-5
 #define BACKWARD_LARGE_TOL 1e-3
 #define BACKWARD_LONG_RATIO 10.0

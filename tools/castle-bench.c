@@ -5,7 +5,7 @@
  * time do not count, but launch gaps on the device do; where the device gives no profiling times,
  * host wall-clock to clFinish instead (tools/tool.h), and clock= says which.  One line per measurement:
  *   op=forward impl=castle B=1 H=8 L=2048 d=64 W=0 median_ms=... gflops=... clock=device
- * Nominal FLOPs per batch entry and head (SPEC section 6): causal forward 2 d L^2, CASTLE forward
+ * Nominal FLOPs per batch entry and head (docs/algorithm.md section 6): causal forward 2 d L^2, CASTLE forward
  * 5 d L^2 (CASTLE-SWL is charged the same, so its GFLOP/s reads as CASTLE-equivalent work per second),
  * backward 2.5x the forward, prefill as the forward; decode of the token at position t: 4 d t
  * (causal) and 10 d t (CASTLE), per token.  op=gemm impl=clblast: CLBlast SGEMM n x n x n, 2 n^3. */

@@ -1,4 +1,4 @@
-/* castle-generate: a generation loop with the UQ-KV cache (SPEC section 5), one attention layer.
+/* castle-generate: a generation loop with the UQ-KV cache (docs/algorithm.md section 5), one attention layer.
  *
  *   castle-generate [--prompt P] [--tokens N] [--heads H] [--dim d] [--window W] [--device P:D]
  *
