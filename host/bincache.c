@@ -1,19 +1,25 @@
 /* On-disk cache of program binaries, keyed by a hash of (source, options, device name, driver
  * version, platform version, ...).  Directory: $CASTLE_CACHE_DIR, else $XDG_CACHE_HOME/castle,
  * else $HOME/.cache/castle; CASTLE_CACHE_DIR=off disables it.  Every failure (no directory, no
- * permission, a short or corrupt file) is silent: the caller simply compiles from source. */
+ * permission, a short or corrupt file) is silent: the caller simply compiles from source.
+ *
+ * An entry, <dir>/<key hash>.bin:  "CASTLEBIN2\0" | key hash (u64) | payload size (u64) |
+ * payload checksum (u64) | payload (the driver's program binary), host byte order.  The checksum
+ * is FNV-1a over the payload: a changed byte anywhere changes it, so a damaged binary is never
+ * handed to the driver; such an entry is deleted and the caller rebuilds it. */
 #define _POSIX_C_SOURCE 200809L
 #include "bincache.h"
 
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAGIC "CASTLEBIN1"
+#define MAGIC "CASTLEBIN2"
 
+/* FNV-1a: each step is a bijection of h for a fixed byte, so inputs that differ in one byte
+   always hash differently. */
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
 {
     const unsigned char *p = data;
@@ -24,9 +30,13 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
     return h;
 }
 
+#define FNV_BASIS 14695981039346656037ull
+
+uint64_t castle__bincache_checksum(const void *data, size_t n) { return fnv1a(FNV_BASIS, data, n); }
+
 static uint64_t key_hash(const char *const *parts, int n)
 {
-    uint64_t h = 14695981039346656037ull;
+    uint64_t h = FNV_BASIS;
     for (int i = 0; i < n; ++i) {
         size_t len = strlen(parts[i]);
         h = fnv1a(h, &len, sizeof len); /* length-prefixed: ("ab","c") != ("a","bc") */
@@ -80,15 +90,22 @@ bool castle__bincache_load(const char *const *parts, int nparts, unsigned char *
     if (!f)
         return false;
     char magic[sizeof MAGIC];
-    uint64_t hash = 0, size = 0;
+    uint64_t hash = 0, size = 0, sum = 0;
     bool ok = fread(magic, 1, sizeof magic, f) == sizeof magic && !memcmp(magic, MAGIC, sizeof magic) &&
               fread(&hash, sizeof hash, 1, f) == 1 && hash == key_hash(parts, nparts) &&
-              fread(&size, sizeof size, 1, f) == 1 && size > 0 && size < (1ull << 30);
+              fread(&size, sizeof size, 1, f) == 1 && size > 0 && size < (1ull << 30) &&
+              fread(&sum, sizeof sum, 1, f) == 1;
     unsigned char *data = ok ? malloc((size_t)size) : NULL;
-    ok = data && fread(data, 1, (size_t)size, f) == size && fgetc(f) == EOF;
+    const bool no_memory = ok && !data;
+    ok = data && fread(data, 1, (size_t)size, f) == size && fgetc(f) == EOF &&
+         castle__bincache_checksum(data, (size_t)size) == sum;
     fclose(f);
     if (!ok) {
         free(data);
+        /* Writers publish entries by rename, so a file at this path is complete: one that does not
+           check out is damaged (or of an older format) and goes. */
+        if (!no_memory)
+            remove(path);
         return false;
     }
     *bin = data;
@@ -96,19 +113,35 @@ bool castle__bincache_load(const char *const *parts, int nparts, unsigned char *
     return true;
 }
 
+void castle__bincache_discard(const char *const *parts, int nparts)
+{
+    char path[4200];
+    if (entry_path(parts, nparts, path, sizeof path))
+        remove(path);
+}
+
 void castle__bincache_store(const char *const *parts, int nparts, const unsigned char *bin, size_t len)
 {
     char path[4200], tmp[4300];
     if (!entry_path(parts, nparts, path, sizeof path))
         return;
-    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp)
+    /* mkstemp: a name no other writer (thread or process) has, so concurrent stores never share
+       a temporary file */
+    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp)
         return;
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
+    int fd = mkstemp(tmp);
+    if (fd < 0)
         return;
-    uint64_t hash = key_hash(parts, nparts), size = len;
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        close(fd);
+        remove(tmp);
+        return;
+    }
+    uint64_t hash = key_hash(parts, nparts), size = len, sum = castle__bincache_checksum(bin, len);
     bool ok = fwrite(MAGIC, 1, sizeof MAGIC, f) == sizeof MAGIC && fwrite(&hash, sizeof hash, 1, f) == 1 &&
-              fwrite(&size, sizeof size, 1, f) == 1 && fwrite(bin, 1, len, f) == len;
+              fwrite(&size, sizeof size, 1, f) == 1 && fwrite(&sum, sizeof sum, 1, f) == 1 &&
+              fwrite(bin, 1, len, f) == len;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) /* rename is atomic: readers see the old entry or the new one */
         remove(tmp);

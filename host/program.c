@@ -7,6 +7,7 @@
 #include "error.h"
 #include "tuning.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,47 +19,60 @@ static const char *const family_files[CASTLE_FAMILY_COUNT] = {
     [CASTLE_FAMILY_CAUSAL] = "causal.cl",
 };
 
-/* Returns malloc'd contents of cl/<name>, from CASTLE_CL_DIR or the embedded copy. */
-static char *load_source(const char *name)
+/* Reads cl/<name> into *out (malloc'd): from $CASTLE_CL_DIR when it is set, where a missing or
+   unreadable file is an error (never a silent fall-back to the embedded copy), else the copy
+   embedded at build time. */
+static castle_status load_source(const char *name, char **out)
 {
+    *out = NULL;
     const char *dir = getenv("CASTLE_CL_DIR");
     if (dir && *dir) {
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+            return castle__fail(CASTLE_ERR_BUILD_FAILED, "CASTLE_CL_DIR is longer than %zu bytes", sizeof path);
+        errno = 0;
         FILE *f = fopen(path, "rb");
-        if (f) {
-            char *buf = NULL;
-            long n = -1;
-            if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-                (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-                buf[n] = '\0';
-                fclose(f);
-                return buf;
-            }
-            free(buf);
+        char *buf = NULL;
+        long n = -1;
+        bool ok = f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+                  (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n;
+        const int e = errno;
+        if (f)
             fclose(f);
+        if (!ok) {
+            free(buf);
+            return castle__fail(CASTLE_ERR_BUILD_FAILED,
+                                "CASTLE_CL_DIR is set but %s cannot be read (%s); unset it to use the embedded "
+                                "kernels",
+                                path, e ? strerror(e) : "read error");
         }
+        buf[n] = '\0';
+        *out = buf;
+        return CASTLE_SUCCESS;
     }
     const char *src = castle__embedded_source(name);
     if (!src)
-        return NULL;
+        return castle__fail(CASTLE_ERR_BUILD_FAILED, "no embedded kernel source %s", name);
     size_t n = strlen(src);
     char *buf = malloc(n + 1);
-    if (buf)
-        memcpy(buf, src, n + 1);
-    return buf;
+    if (!buf)
+        return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "out of host memory loading %s", name);
+    memcpy(buf, src, n + 1);
+    *out = buf;
+    return CASTLE_SUCCESS;
 }
 
 castle_status castle__program_source(castle_family f, const castle_tuning *t, char **source, char **options)
 {
     *source = *options = NULL;
-    char *common = load_source("common.cl");
-    char *body = load_source(family_files[f]);
+    char *common = NULL, *body = NULL;
+    castle_status st = load_source("common.cl", &common);
+    if (st == CASTLE_SUCCESS)
+        st = load_source(family_files[f], &body);
     static const char prelude[] = "/* libcastle */\n";
-    if (!common || !body) {
+    if (st != CASTLE_SUCCESS) {
         free(common);
-        free(body);
-        return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "cannot load kernel source %s", family_files[f]);
+        return st;
     }
     size_t n = strlen(prelude) + strlen(common) + strlen(body) + 2;
     char *src = malloc(n);
@@ -109,23 +123,25 @@ static void keep_log(castle_context *ctx, cl_program prog)
     free(log);
 }
 
-/* Tries the binary cache; returns a built program or NULL. */
+/* Tries the binary cache; returns a built program or NULL.  An entry the driver rejects is
+   deleted, so that the caller's build from source replaces it. */
 static cl_program from_cache(castle_context *ctx, const char *const *key, int nkey)
 {
     unsigned char *bin = NULL;
     size_t len = 0;
     if (!castle__bincache_load(key, nkey, &bin, &len))
         return NULL;
-    cl_int err, bstatus;
+    cl_int err = CL_SUCCESS, bstatus = CL_SUCCESS;
     const unsigned char *bins[1] = {bin};
     cl_program prog = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device, &len, bins, &bstatus, &err);
     free(bin);
-    if (!prog)
-        return NULL;
-    if (err != CL_SUCCESS || bstatus != CL_SUCCESS || clBuildProgram(prog, 1, &ctx->device, key[1], NULL, NULL) != CL_SUCCESS) {
+    if (prog && (err != CL_SUCCESS || bstatus != CL_SUCCESS ||
+                 clBuildProgram(prog, 1, &ctx->device, key[1], NULL, NULL) != CL_SUCCESS)) {
         clReleaseProgram(prog);
-        return NULL;
+        prog = NULL;
     }
+    if (!prog)
+        castle__bincache_discard(key, nkey);
     return prog;
 }
 
@@ -143,6 +159,57 @@ static void to_cache(cl_program prog, const char *const *key, int nkey)
     free(bin);
 }
 
+/* The program of family f under tuning t: from the binary cache when use_cache (then *cached is
+   set), else, or when that fails, built from source and stored in the cache.  Without use_cache the
+   cache entry is deleted first: the caller found its binary unusable. */
+static castle_status make_program(castle_context *ctx, castle_family f, const castle_tuning *t, bool use_cache,
+                                  cl_program *out, bool *cached)
+{
+    char *src, *opt;
+    castle_status st = castle__program_source(f, t, &src, &opt);
+    if (st != CASTLE_SUCCESS) {
+        const char *why = castle_last_error(); /* e.g. CASTLE_CL_DIR names no readable file */
+        set_log(ctx, why, strlen(why));
+        return st;
+    }
+    const castle_device_info *in = &ctx->info;
+    const char *key[] = {src, opt, in->name, in->vendor, in->driver_version, in->device_version, in->platform_version};
+    const int nkey = (int)(sizeof key / sizeof key[0]);
+    cl_program prog = NULL;
+    if (use_cache)
+        prog = from_cache(ctx, key, nkey);
+    else
+        castle__bincache_discard(key, nkey);
+    *cached = prog != NULL;
+    if (prog) {
+        static const char loaded[] = "program binary loaded from the on-disk cache; nothing compiled\n";
+        set_log(ctx, loaded, sizeof loaded - 1);
+    } else {
+        cl_int err = CL_SUCCESS;
+        const char *srcs[1] = {src};
+        prog = clCreateProgramWithSource(ctx->cl_ctx, 1, srcs, NULL, &err);
+        if (!prog) {
+            st = castle__cl_fail(err, "clCreateProgramWithSource");
+        } else {
+            err = clBuildProgram(prog, 1, &ctx->device, opt, NULL, NULL);
+            keep_log(ctx, prog);
+            if (err != CL_SUCCESS) {
+                clReleaseProgram(prog);
+                prog = NULL;
+                st = castle__fail(CASTLE_ERR_BUILD_FAILED,
+                                  "building %s with '%s' failed (OpenCL %d); see castle_build_log()", family_files[f],
+                                  opt, (int)err);
+            } else {
+                to_cache(prog, key, nkey);
+            }
+        }
+    }
+    free(src);
+    free(opt);
+    *out = prog;
+    return st;
+}
+
 /* Index of the program of family f under the current tuning, building it on first use. */
 static castle_status get_program(castle_context *ctx, castle_family f, int *index)
 {
@@ -156,45 +223,33 @@ static castle_status get_program(castle_context *ctx, castle_family f, int *inde
     if (ctx->num_programs == CASTLE_MAX_PROGRAMS)
         return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "more than %d kernel programs on one context",
                             CASTLE_MAX_PROGRAMS);
-    char *src, *opt;
-    castle_status st = castle__program_source(f, &ctx->tuning, &src, &opt);
+    castle_program_slot *s = &ctx->programs[ctx->num_programs];
+    castle_status st = make_program(ctx, f, &ctx->tuning, true, &s->program, &s->from_cache);
     if (st != CASTLE_SUCCESS)
         return st;
-    const castle_device_info *in = &ctx->info;
-    const char *key[] = {src, opt, in->name, in->vendor, in->driver_version, in->device_version, in->platform_version};
-    const int nkey = (int)(sizeof key / sizeof key[0]);
-    cl_int err = CL_SUCCESS;
-    cl_program prog = from_cache(ctx, key, nkey);
-    if (prog) {
-        static const char cached[] = "program binary loaded from the on-disk cache; nothing compiled\n";
-        set_log(ctx, cached, sizeof cached - 1);
-    } else {
-        const char *srcs[1] = {src};
-        prog = clCreateProgramWithSource(ctx->cl_ctx, 1, srcs, NULL, &err);
-        if (!prog) {
-            free(src);
-            free(opt);
-            return castle__cl_fail(err, "clCreateProgramWithSource");
-        }
-        err = clBuildProgram(prog, 1, &ctx->device, opt, NULL, NULL);
-        keep_log(ctx, prog);
-        if (err != CL_SUCCESS) {
-            clReleaseProgram(prog);
-            st = castle__fail(CASTLE_ERR_BUILD_FAILED, "building %s with '%s' failed (OpenCL %d); see castle_build_log()",
-                              family_files[f], opt, (int)err);
-            free(src);
-            free(opt);
-            return st;
-        }
-        to_cache(prog, key, nkey);
-    }
-    free(src);
-    free(opt);
-    castle_program_slot *s = &ctx->programs[ctx->num_programs];
     s->family = f;
     s->tuning = ctx->tuning;
-    s->program = prog;
     *index = ctx->num_programs++;
+    return CASTLE_SUCCESS;
+}
+
+/* The program in slot `prog` came from the binary cache and the driver cannot make a kernel from
+   it (some drivers accept a binary and fail only here): rebuild it from source in place.  Kernels
+   already made from the old program stay alive (a caller may hold one) but are no longer found. */
+static castle_status rebuild_from_source(castle_context *ctx, int prog)
+{
+    castle_program_slot *s = &ctx->programs[prog];
+    cl_program fresh = NULL;
+    bool cached = false;
+    castle_status st = make_program(ctx, s->family, &s->tuning, false, &fresh, &cached);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    for (int i = 0; i < ctx->num_kernels; ++i)
+        if (ctx->kernels[i].program == prog)
+            ctx->kernels[i].program = -1; /* released with the context */
+    clReleaseProgram(s->program); /* its kernels hold their own references */
+    s->program = fresh;
+    s->from_cache = false;
     return CASTLE_SUCCESS;
 }
 
@@ -213,6 +268,11 @@ static castle_status get_kernel(castle_context *ctx, castle_family f, const char
         return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "more than %d kernels on one context", CASTLE_MAX_KERNELS);
     cl_int err;
     cl_kernel k = clCreateKernel(ctx->programs[prog].program, name, &err);
+    if (!k && ctx->programs[prog].from_cache) {
+        if ((st = rebuild_from_source(ctx, prog)) != CASTLE_SUCCESS)
+            return st;
+        k = clCreateKernel(ctx->programs[prog].program, name, &err);
+    }
     if (!k)
         return castle__cl_fail(err, "clCreateKernel");
     castle_kernel_slot *ks = &ctx->kernels[ctx->num_kernels++];

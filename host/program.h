@@ -4,6 +4,8 @@
 
 #include "castle/castle.h"
 
+#include <stdbool.h>
+
 /* One program per kernel family (one .cl file after common.cl) and tuning. */
 typedef enum castle_family {
     CASTLE_FAMILY_FORWARD = 0, /* cl/forward.cl */
@@ -19,9 +21,10 @@ typedef struct castle_program_slot {
     castle_family family;
     castle_tuning tuning;
     cl_program program;
+    bool from_cache; /* loaded from the on-disk binary cache (not yet proved by a kernel) */
 } castle_program_slot;
 typedef struct castle_kernel_slot {
-    int program;      /* index into castle_context.programs */
+    int program;      /* index into castle_context.programs; -1: its program was rebuilt */
     const char *name; /* static string */
     cl_kernel kernel;
 } castle_kernel_slot;
