@@ -59,7 +59,7 @@ castle_status castle_forward_workspace_size(const castle_context *ctx, const cas
     if (!bytes)
         return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_forward_workspace_size: bytes is NULL");
     *bytes = p.ws_floats * sizeof(float);
-    return CASTLE_SUCCESS;
+    return castle__check_workspace_fits(ctx, *bytes);
 }
 
 #define BIT(t) (1u << (t))

@@ -59,6 +59,7 @@ const char *castle_status_string(castle_status status)
         NAME(CASTLE_ERR_CACHE_FULL)
         NAME(CASTLE_ERR_SHAPE_MISMATCH)
         NAME(CASTLE_ERR_CACHE_NOT_EMPTY)
+        NAME(CASTLE_ERR_WORKSPACE_TOO_LARGE)
         /* OpenCL 1.2 codes */
         NAME(CL_DEVICE_NOT_FOUND)
         NAME(CL_DEVICE_NOT_AVAILABLE)

@@ -102,9 +102,10 @@ castle_status castle__check_desc(const castle_context *ctx, const castle_attenti
     if (desc->window < 0)
         return castle__fail(CASTLE_ERR_NEGATIVE_WINDOW, "window=%ld: must be 0 (CASTLE) or >= 1 (CASTLE-SWL)",
                             desc->window);
-    if (!(desc->scale >= 0.0f) || isinf(desc->scale))
-        return castle__fail(CASTLE_ERR_BAD_SCALE, "scale=%g: must be finite and >= 0 (0 means 1/sqrt(d))",
-                            (double)desc->scale);
+    if (!(desc->scale >= 0.0f && desc->scale <= CASTLE_MAX_SCALE))
+        return castle__fail(CASTLE_ERR_BAD_SCALE,
+                            "scale=%g: must be in [0, %g] (0 means 1/sqrt(d); larger scales overflow the float32 scores)",
+                            (double)desc->scale, (double)CASTLE_MAX_SCALE);
     const size_t blk = ctx->tuning.block;
     size_t bh;
     if (p->L > (size_t)INT_MAX - blk || !mul_ok(p->B, p->H, &bh) || bh > (size_t)INT_MAX)
@@ -156,6 +157,18 @@ castle_status castle__check_desc(const castle_context *ctx, const castle_attenti
     if (total > SIZE_MAX / sizeof(float))
         return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "the workspace size overflows");
     p->ws_floats = total;
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle__check_workspace_fits(const castle_context *ctx, size_t bytes)
+{
+    const unsigned long long max = ctx->info.max_alloc_size;
+    if (max && bytes > max)
+        return castle__fail(CASTLE_ERR_WORKSPACE_TOO_LARGE,
+                            "the workspace needs %zu bytes; the device's largest allocation "
+                            "(CL_DEVICE_MAX_MEM_ALLOC_SIZE) is %llu bytes: use fewer batch entries x heads or a "
+                            "shorter sequence per call",
+                            bytes, max);
     return CASTLE_SUCCESS;
 }
 
@@ -215,10 +228,13 @@ static castle_status check_set(const castle_context *ctx, const castle_problem *
         (st = castle__check_buffer(ctx, workspace, p->ws_floats, "workspace", CASTLE_ERR_WORKSPACE_TOO_SMALL)))
         return st;
     /* Inputs may share memory; an output may share memory with nothing.  Buffers are compared by
-       their root object and byte range, so overlapping sub-buffers are caught too. */
+       their root object and byte range, so overlapping sub-buffers are caught too; buffers made with
+       CL_MEM_USE_HOST_PTR are also compared by the host memory they use (CL_MEM_HOST_PTR, the
+       sub-buffer's origin included), which two distinct cl_mem objects may share. */
     struct range {
         cl_mem root;
         size_t lo, hi;
+        uintptr_t host_lo, host_hi; /* 0, 0 unless the buffer uses host memory */
     } r[CASTLE_TENSOR_COUNT + 1];
     for (int t = 0; t <= last; ++t) {
         if (t < CASTLE_TENSOR_COUNT && !(used >> t & 1u))
@@ -233,6 +249,14 @@ static castle_status check_set(const castle_context *ctx, const castle_problem *
         r[t].root = parent ? parent : m;
         r[t].lo = off;
         r[t].hi = off + size;
+        cl_mem_flags flags = 0;
+        void *host = NULL;
+        if (clGetMemObjectInfo(r[t].root, CL_MEM_FLAGS, sizeof flags, &flags, NULL) != CL_SUCCESS ||
+            !(flags & CL_MEM_USE_HOST_PTR) ||
+            clGetMemObjectInfo(m, CL_MEM_HOST_PTR, sizeof host, &host, NULL) != CL_SUCCESS)
+            host = NULL;
+        r[t].host_lo = (uintptr_t)host;
+        r[t].host_hi = host ? (uintptr_t)host + size : 0;
     }
     for (int t = 0; t <= last; ++t) {
         const bool t_used = t == CASTLE_TENSOR_COUNT || (used >> t & 1u);
@@ -242,13 +266,21 @@ static castle_status check_set(const castle_context *ctx, const castle_problem *
         const char *kind = t < CASTLE_TENSOR_COUNT ? "output " : "";
         const cl_mem tm = t < CASTLE_TENSOR_COUNT ? bufs[t] : workspace;
         for (int u = 0; u < CASTLE_TENSOR_COUNT; ++u) {
-            if (u == t || !(used >> u & 1u) || r[u].root != r[t].root || r[u].hi <= r[t].lo || r[t].hi <= r[u].lo)
+            if (u == t || !(used >> u & 1u))
                 continue;
-            if (bufs[u] == tm)
+            const bool same_object = r[u].root == r[t].root && r[u].lo < r[t].hi && r[t].lo < r[u].hi;
+            const bool same_host = r[u].host_lo && r[t].host_lo && r[u].host_lo < r[t].host_hi &&
+                                   r[t].host_lo < r[u].host_hi;
+            if (same_object && bufs[u] == tm)
                 return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s%s is the same buffer as %s", kind, tn,
                                     tensor_names[u]);
-            return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s%s overlaps %s (sub-buffers of one buffer)", kind, tn,
-                                tensor_names[u]);
+            if (same_object)
+                return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s%s overlaps %s (sub-buffers of one buffer)", kind,
+                                    tn, tensor_names[u]);
+            if (same_host)
+                return castle__fail(CASTLE_ERR_INVALID_ARGUMENT,
+                                    "%s%s overlaps %s (CL_MEM_USE_HOST_PTR buffers over the same host memory)", kind,
+                                    tn, tensor_names[u]);
         }
     }
     return CASTLE_SUCCESS;

@@ -508,11 +508,25 @@ START_TEST(test_bad_scale)
         snprintf(what, sizeof what, "scale=%s", names[i]);
         expect_reject(&f, &a, CASTLE_ERR_BAD_SCALE, "scale=", what);
     }
+    /* above CASTLE_MAX_SCALE the float32 scores overflow for ordinary inputs (FLT_MAX: NaN outputs) */
+    const float big[] = {FLT_MAX, 2 * CASTLE_MAX_SCALE, nextafterf(CASTLE_MAX_SCALE, INFINITY)};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; ++i) {
+        castle_attention_desc d = f.desc;
+        d.scale = big[i];
+        fwd_args a = fx_args(&f);
+        a.desc = &d;
+        char what[64];
+        snprintf(what, sizeof what, "scale=%g", (double)big[i]);
+        expect_reject(&f, &a, CASTLE_ERR_BAD_SCALE, "scale=", what);
+    }
     castle_attention_desc d = f.desc;
     d.scale = 0.5f;
     fwd_args a = fx_args(&f);
     a.desc = &d;
     expect_success(&f, &a, "scale=0.5");
+    fx_reset_outputs(&f);
+    d.scale = CASTLE_MAX_SCALE; /* the limit itself: accepted, outputs finite */
+    expect_success(&f, &a, "scale=CASTLE_MAX_SCALE");
     fx_teardown(&f);
 }
 END_TEST
@@ -601,6 +615,32 @@ static size_t ctx_block(castle_context *ctx)
     return t.block;
 }
 
+/* The device's largest allocation. */
+static size_t max_alloc(castle_context *ctx)
+{
+    cl_ulong max = 0;
+    ck_assert(clGetDeviceInfo(castle_context_device(ctx), CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max, &max, NULL) ==
+              CL_SUCCESS);
+    return max > SIZE_MAX ? SIZE_MAX : (size_t)max;
+}
+
+/* castle_forward_workspace_size for the size arithmetic: CASTLE_SUCCESS when a size was reported,
+   which for a workspace above the device's largest allocation is WORKSPACE_TOO_LARGE (checked
+   here: the size is above it and the message says so); other statuses pass through. */
+static castle_status ws_size(castle_context *ctx, const castle_attention_desc *d, size_t *bytes)
+{
+    castle_status st = castle_forward_workspace_size(ctx, d, bytes);
+    const size_t max = max_alloc(ctx);
+    if (st == CASTLE_SUCCESS)
+        ck_assert_msg(*bytes <= max, "a workspace of %zu bytes was accepted; the device's largest allocation is %zu",
+                      *bytes, max);
+    if (st != CASTLE_ERR_WORKSPACE_TOO_LARGE)
+        return st;
+    ck_assert_msg(*bytes > max, "WORKSPACE_TOO_LARGE for %zu bytes, within the largest allocation %zu", *bytes, max);
+    check_message(st, "CL_DEVICE_MAX_MEM_ALLOC_SIZE", "workspace above the largest allocation");
+    return CASTLE_SUCCESS;
+}
+
 START_TEST(test_size_overflow)
 {
     fx f;
@@ -628,8 +668,7 @@ START_TEST(test_size_limits_accepted)
     castle_attention_desc d;
     size_t bytes = 0;
     castle_attention_desc_init(&d, 1, 1, (size_t)INT_MAX - blk, 1);
-    check_status(castle_forward_workspace_size(f.ctx, &d, &bytes), CASTLE_SUCCESS, NULL,
-                 "workspace size for seq_len=INT_MAX-block");
+    check_status(ws_size(f.ctx, &d, &bytes), CASTLE_SUCCESS, NULL, "workspace size for seq_len=INT_MAX-block");
     ck_assert(bytes > 0);
     /* with the fixture's small buffers the call gets as far as the buffer sizes */
     fwd_args a = fx_args(&f);
@@ -637,8 +676,7 @@ START_TEST(test_size_limits_accepted)
     expect_reject(&f, &a, CASTLE_ERR_BUFFER_TOO_SMALL, "buffer qu ", "seq_len=INT_MAX-block on small buffers");
     castle_attention_desc_init(&d, (size_t)INT_MAX, 1, 1, 1);
     bytes = 0;
-    check_status(castle_forward_workspace_size(f.ctx, &d, &bytes), CASTLE_SUCCESS, NULL,
-                 "workspace size for batch*heads=INT_MAX");
+    check_status(ws_size(f.ctx, &d, &bytes), CASTLE_SUCCESS, NULL, "workspace size for batch*heads=INT_MAX");
     ck_assert(bytes > 0);
     fx_teardown(&f);
 }
@@ -657,7 +695,7 @@ START_TEST(test_workspace_overflow_boundary)
     castle_attention_desc d;
     size_t one = 0, bytes = 0;
     castle_attention_desc_init(&d, 1, 1, L, 1);
-    check_status(castle_forward_workspace_size(ctx, &d, &one), CASTLE_SUCCESS, NULL, "workspace for B*H=1");
+    check_status(ws_size(ctx, &d, &one), CASTLE_SUCCESS, NULL, "workspace for B*H=1");
     size_t lo = 1, hi = (size_t)INT_MAX; /* lo accepted; hi must be rejected */
     d.heads = hi;
     check_status(castle_forward_workspace_size(ctx, &d, &bytes), CASTLE_ERR_SIZE_OVERFLOW, "workspace",
@@ -665,7 +703,7 @@ START_TEST(test_workspace_overflow_boundary)
     while (hi - lo > 1) {
         const size_t mid = lo + (hi - lo) / 2;
         d.heads = mid;
-        castle_status st = castle_forward_workspace_size(ctx, &d, &bytes);
+        castle_status st = ws_size(ctx, &d, &bytes);
         ck_assert_msg(st == CASTLE_SUCCESS || st == CASTLE_ERR_SIZE_OVERFLOW, "B*H=%zu: %s", mid,
                       castle_last_error());
         if (st == CASTLE_SUCCESS)
@@ -674,7 +712,7 @@ START_TEST(test_workspace_overflow_boundary)
             hi = mid;
     }
     d.heads = lo;
-    check_status(castle_forward_workspace_size(ctx, &d, &bytes), CASTLE_SUCCESS, NULL, "largest B*H accepted");
+    check_status(ws_size(ctx, &d, &bytes), CASTLE_SUCCESS, NULL, "largest B*H accepted");
     ck_assert_msg(bytes >= SIZE_MAX - 2 * one,
                   "largest accepted B*H=%zu reports %zu workspace bytes, far below SIZE_MAX (one B*H needs %zu): "
                   "rejected early, or its byte count wrapped",
@@ -697,6 +735,34 @@ START_TEST(test_workspace_overflow_boundary)
     a.desc = &d;
     expect_reject(&f, &a, CASTLE_ERR_SIZE_OVERFLOW, "workspace", "forward with B*H one past the largest accepted");
     fx_teardown(&f);
+}
+END_TEST
+
+/* A workspace above the device's largest allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE) is
+   WORKSPACE_TOO_LARGE, with its size still reported; one batch x head less fits.  The workspace is
+   B*H times one (batch, head)'s share, so the boundary is exact. */
+START_TEST(test_workspace_too_large)
+{
+    castle_context *ctx = h_context();
+    ck_assert_msg(ctx != NULL, "no device: %s", castle_last_error());
+    const size_t max = max_alloc(ctx);
+    castle_attention_desc d;
+    castle_attention_desc_init(&d, 1, 1, 4096, 256);
+    size_t one = 0, bytes = 0;
+    check_status(castle_forward_workspace_size(ctx, &d, &one), CASTLE_SUCCESS, NULL, "B*H=1, L=4096, d=256");
+    ck_assert(one > 0 && one <= max);
+    d.heads = max / one; /* the most that fit */
+    check_status(castle_forward_workspace_size(ctx, &d, &bytes), CASTLE_SUCCESS, NULL, "the largest B*H that fits");
+    ck_assert_uint_eq(bytes, d.heads * one);
+    d.heads += 1;
+    bytes = 0;
+    char mention[64];
+    snprintf(mention, sizeof mention, "%zu bytes", d.heads * one);
+    check_status(castle_forward_workspace_size(ctx, &d, &bytes), CASTLE_ERR_WORKSPACE_TOO_LARGE, mention,
+                 "one B*H more than fits");
+    check_message(CASTLE_ERR_WORKSPACE_TOO_LARGE, "CL_DEVICE_MAX_MEM_ALLOC_SIZE", "one B*H more than fits");
+    ck_assert_msg(bytes == d.heads * one, "WORKSPACE_TOO_LARGE reported %zu bytes, expected %zu", bytes,
+                  d.heads * one);
 }
 END_TEST
 
@@ -960,6 +1026,56 @@ START_TEST(test_subbuffer_overlap)
     clReleaseMemObject(s2);
     clReleaseMemObject(parent);
     fx_teardown(&f);
+}
+END_TEST
+
+/* Two cl_mem objects made with CL_MEM_USE_HOST_PTR over the same host memory are one memory: an
+   output over an input's host array is rejected (it gave wrong outputs); inputs may share it. */
+START_TEST(test_host_ptr_overlap)
+{
+    fx f;
+    fx_setup(&f);
+    const size_t qbytes = f.bytes[CASTLE_TENSOR_QU], obytes = f.bytes[CASTLE_TENSOR_O];
+    const size_t wsbytes = f.bytes[WS];
+    const size_t n = (qbytes + obytes + wsbytes + 4096) / 4096 * 4096 + 4096;
+    float *host = aligned_alloc(4096, n);
+    ck_assert(host != NULL);
+    for (size_t i = 0; i < n / sizeof(float); ++i)
+        host[i] = (float)h_value(42, 0, 0, 0, 0, i);
+    cl_int err;
+    const cl_mem_flags fl = CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR;
+    cl_mem q_at0 = clCreateBuffer(f.clc, fl, qbytes, host, &err);
+    cl_mem o_at0 = clCreateBuffer(f.clc, fl, obytes, host, &err);
+    cl_mem o_inside = clCreateBuffer(f.clc, fl, obytes, host + 16, &err); /* starts inside qu's range */
+    cl_mem o_after = clCreateBuffer(f.clc, fl, obytes, (char *)host + (qbytes + 4095) / 4096 * 4096, &err);
+    cl_mem k_at0 = clCreateBuffer(f.clc, fl, qbytes, host, &err);
+    cl_mem ws_inside = clCreateBuffer(f.clc, fl, wsbytes, host + 16, &err);
+    ck_assert(q_at0 && o_at0 && o_inside && o_after && k_at0 && ws_inside);
+    fwd_args a = fx_args(&f);
+    a.buf[CASTLE_TENSOR_QU] = q_at0;
+    a.buf[CASTLE_TENSOR_O] = o_at0;
+    expect_reject(&f, &a, CASTLE_ERR_INVALID_ARGUMENT, "output o overlaps qu (CL_MEM_USE_HOST_PTR",
+                  "o and qu over the same host array");
+    a.buf[CASTLE_TENSOR_O] = o_inside;
+    expect_reject(&f, &a, CASTLE_ERR_INVALID_ARGUMENT, "output o overlaps qu", "o over part of qu's host array");
+    a.buf[CASTLE_TENSOR_O] = f.buf[CASTLE_TENSOR_O];
+    a.buf[WS] = ws_inside; /* the workspace counts as an output */
+    expect_reject(&f, &a, CASTLE_ERR_INVALID_ARGUMENT, "workspace overlaps qu", "workspace over qu's host array");
+    /* disjoint host ranges, and two inputs over one host array: accepted and computed */
+    a = fx_args(&f);
+    a.buf[CASTLE_TENSOR_QU] = q_at0;
+    a.buf[CASTLE_TENSOR_KU] = k_at0;
+    a.buf[CASTLE_TENSOR_O] = o_after;
+    fill_sentinel(f.q, o_after, obytes);
+    expect_success(&f, &a, "qu, ku and o over disjoint parts of host memory (qu and ku shared)");
+    clReleaseMemObject(q_at0);
+    clReleaseMemObject(o_at0);
+    clReleaseMemObject(o_inside);
+    clReleaseMemObject(o_after);
+    clReleaseMemObject(k_at0);
+    clReleaseMemObject(ws_inside);
+    fx_teardown(&f);
+    free(host);
 }
 END_TEST
 
@@ -1376,7 +1492,6 @@ static void write_file(const char *path, const char *text, size_t n)
     ck_assert(fclose(f) == 0);
 }
 
-#ifdef CASTLE_SOURCE_DIR
 static char *read_text(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
@@ -1392,7 +1507,6 @@ static char *read_text(const char *path, size_t *n)
     *n = (size_t)len;
     return buf;
 }
-#endif
 
 START_TEST(test_build_failure)
 {
@@ -1402,12 +1516,10 @@ START_TEST(test_build_failure)
     ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp(%s) failed", dir);
     snprintf(common_path, sizeof common_path, "%s/common.cl", dir);
     snprintf(fwd_path, sizeof fwd_path, "%s/forward.cl", dir);
-#ifdef CASTLE_SOURCE_DIR
-    size_t n = 0;
+    size_t n = 0; /* CASTLE_CL_DIR must hold every file: the real common.cl, a broken forward.cl */
     char *common = read_text(CASTLE_SOURCE_DIR "/cl/common.cl", &n);
     write_file(common_path, common, n);
     free(common);
-#endif /* else the library falls back to its embedded common.cl */
     static const char broken[] = "__kernel void castle_forward_block(__global float *x)\n"
                                  "{\n"
                                  "    x[0] = this is not OpenCL;\n"
@@ -1440,6 +1552,47 @@ START_TEST(test_build_failure)
 }
 END_TEST
 
+/* CASTLE_CL_DIR naming a folder without the kernel sources (missing, empty, or lacking the
+   family's file) is reported, never replaced silently by the embedded kernels: BUILD_FAILED, a
+   message naming the variable and the file, the same text in castle_build_log(). */
+START_TEST(test_cl_dir_unreadable)
+{
+    const char *tmp = getenv("TMPDIR");
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/castle_cldir_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp(%s) failed", dir);
+    const char *mention = "common.cl";
+    if (_i == 0) { /* missing */
+        rmdir(dir);
+    } else if (_i == 2) { /* common.cl only */
+        snprintf(path, sizeof path, "%s/common.cl", dir);
+        write_file(path, "\n", 1);
+        mention = "forward.cl";
+    }
+    char *saved_dir = env_save("CASTLE_CL_DIR"), *saved_cache = env_save("CASTLE_CACHE_DIR");
+    setenv("CASTLE_CL_DIR", dir, 1);
+    setenv("CASTLE_CACHE_DIR", "off", 1);
+    castle_context *ctx = own_context();
+    fx f;
+    fx_setup_on(&f, ctx, 2, 2, 40, 8, false);
+    fwd_args a = fx_args(&f);
+    static const char *const what[] = {"a missing CASTLE_CL_DIR", "an empty CASTLE_CL_DIR",
+                                       "a CASTLE_CL_DIR without forward.cl"};
+    expect_reject(&f, &a, CASTLE_ERR_BUILD_FAILED, mention, what[_i]);
+    check_message(CASTLE_ERR_BUILD_FAILED, "CASTLE_CL_DIR", what[_i]);
+    ck_assert_msg(strstr(castle_build_log(ctx), "CASTLE_CL_DIR") && strstr(castle_build_log(ctx), mention),
+                  "%s: the build log does not say why: '%s'", what[_i], castle_build_log(ctx));
+    env_restore("CASTLE_CL_DIR", saved_dir);
+    env_restore("CASTLE_CACHE_DIR", saved_cache);
+    expect_success(&f, &a, "the same call after CASTLE_CL_DIR is restored");
+    fx_teardown(&f);
+    castle_context_destroy(ctx);
+    if (_i == 2)
+        unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------------------------- */
 
 static void add(Suite *s, const char *name, TCase **tc)
@@ -1468,6 +1621,7 @@ Suite *errors_suite(void)
     tcase_add_loop_test(tc, test_size_overflow, 0, NOVERFLOW);
     tcase_add_test(tc, test_size_limits_accepted);
     tcase_add_test(tc, test_workspace_overflow_boundary);
+    tcase_add_test(tc, test_workspace_too_large);
     tcase_add_loop_test(tc, test_row_stride_too_small, 0, NFWD);
     tcase_add_test(tc, test_output_overlap);
     tcase_add_loop_test(tc, test_buffer_too_small, 0, NFWD);
@@ -1477,6 +1631,7 @@ Suite *errors_suite(void)
     tcase_add_loop_test(tc, test_buffer_other_context, 0, NBUF);
     tcase_add_test(tc, test_output_aliases);
     tcase_add_test(tc, test_subbuffer_overlap);
+    tcase_add_test(tc, test_host_ptr_overlap);
     tcase_add_test(tc, test_nothing_written);
     tcase_add_test(tc, test_workspace_size_args);
     add(s, "context", &tc);
@@ -1494,6 +1649,7 @@ Suite *errors_suite(void)
     tcase_add_test(tc, test_tuning_env_valid);
     add(s, "build", &tc);
     tcase_add_test(tc, test_build_failure);
+    tcase_add_loop_test(tc, test_cl_dir_unreadable, 0, 3);
     return s;
 }
 

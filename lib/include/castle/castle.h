@@ -63,7 +63,7 @@ typedef enum castle_status {
     CASTLE_ERR_SIZE_OVERFLOW = -3007,      /* a size computed from the descriptor does not fit */
     CASTLE_ERR_HEAD_DIM = -3008,           /* head dim outside 1..CASTLE_MAX_HEAD_DIM */
     CASTLE_ERR_NEGATIVE_WINDOW = -3009,    /* window < 0 */
-    CASTLE_ERR_BAD_SCALE = -3010,          /* scale negative, NaN or infinite */
+    CASTLE_ERR_BAD_SCALE = -3010,          /* scale negative, NaN, infinite or above CASTLE_MAX_SCALE */
     CASTLE_ERR_BAD_STRIDE = -3011,         /* a row stride < d, or output rows/heads/batches overlap */
     CASTLE_ERR_BUFFER_TOO_SMALL = -3012,   /* a tensor buffer is smaller than its layout needs */
     CASTLE_ERR_WORKSPACE_TOO_SMALL = -3013,/* workspace smaller than castle_forward_workspace_size() */
@@ -78,7 +78,8 @@ typedef enum castle_status {
     CASTLE_ERR_INVALID_ARGUMENT = -3022,   /* any other invalid argument (message says which) */
     CASTLE_ERR_CACHE_FULL = -3023,         /* a prefill or decode would pass the cache's capacity */
     CASTLE_ERR_SHAPE_MISMATCH = -3024,     /* batch, heads, head_dim, window or scale differ from the cache's */
-    CASTLE_ERR_CACHE_NOT_EMPTY = -3025     /* castle_prefill on a cache that holds tokens (reset it first) */
+    CASTLE_ERR_CACHE_NOT_EMPTY = -3025,    /* castle_prefill on a cache that holds tokens (reset it first) */
+    CASTLE_ERR_WORKSPACE_TOO_LARGE = -3026 /* the workspace exceeds the device's largest allocation */
 } castle_status;
 
 /* A static name for any status (library or OpenCL), e.g. "CASTLE_ERR_HEAD_DIM", "CL_OUT_OF_RESOURCES". */
@@ -148,6 +149,11 @@ CASTLE_API castle_status castle_context_set_tuning(castle_context *ctx, const ca
 
 /* ---- Attention descriptor ---------------------------------------------------------------- */
 #define CASTLE_MAX_HEAD_DIM 256
+/* The largest score scale accepted.  Scores scale * q.k are float32: with scales up to 2^16 they
+   overflow only when |q.k| passes FLT_MAX / 2^16 (about 5e33), far beyond the magnitudes the library
+   is accurate at; a larger scale (FLT_MAX turned most outputs into NaN) is CASTLE_ERR_BAD_SCALE.
+   The caller keeps |scale * q.k| below FLT_MAX: past it the outputs are not defined. */
+#define CASTLE_MAX_SCALE 65536.0f
 
 /* Tensors a descriptor lays out.  QU..VC are the six projections, O the output, LSE the
    log-sum-exp (its row_stride is the stride between positions, usually 1), DO the gradient of the
@@ -185,7 +191,7 @@ typedef struct castle_attention_desc {
     size_t seq_len;     /* L */
     size_t head_dim;    /* d, 1..CASTLE_MAX_HEAD_DIM */
     long window;        /* 0 = CASTLE; W >= 1 = CASTLE-SWL with lookahead window W */
-    float scale;        /* 0 = 1/sqrt(d) */
+    float scale;        /* 0 = 1/sqrt(d); else 0 < scale <= CASTLE_MAX_SCALE */
     castle_layout layout[CASTLE_TENSOR_COUNT];
 } castle_attention_desc;
 
@@ -208,7 +214,9 @@ CASTLE_API castle_status castle_attention_desc_set_blhd(castle_attention_desc *d
 /* Bytes of workspace castle_forward and castle_backward need for this descriptor on this context
    (*bytes > 0; O(B H L d)).  The forward writes there the state the backward pass reads (each D_j
    after its last update, kept as a float pair so the backward can roll it back exactly); the
-   backward uses the rest as scratch and leaves the forward's state intact, so it may run again. */
+   backward uses the rest as scratch and leaves the forward's state intact, so it may run again.
+   A workspace larger than the device's largest allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE) is
+   CASTLE_ERR_WORKSPACE_TOO_LARGE; *bytes still receives its size. */
 CASTLE_API castle_status castle_forward_workspace_size(const castle_context *ctx,
                                                        const castle_attention_desc *desc, size_t *bytes);
 
