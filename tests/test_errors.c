@@ -497,8 +497,11 @@ START_TEST(test_bad_scale)
 {
     fx f;
     fx_setup(&f);
-    const float bad[] = {-1.0f, NAN, INFINITY, -INFINITY, -FLT_MIN, -NAN};
-    static const char *const names[] = {"-1", "NaN", "+inf", "-inf", "-FLT_MIN", "-NaN"};
+    /* above CASTLE_MAX_SCALE the float32 scores overflow for ordinary inputs (FLT_MAX: NaN outputs) */
+    const float bad[] = {-1.0f, NAN, INFINITY, -INFINITY, -FLT_MIN, -NAN,
+                         FLT_MAX, 2 * CASTLE_MAX_SCALE, nextafterf(CASTLE_MAX_SCALE, INFINITY)};
+    static const char *const names[] = {"-1", "NaN", "+inf", "-inf", "-FLT_MIN", "-NaN",
+                                        "FLT_MAX", "2 x CASTLE_MAX_SCALE", "just above CASTLE_MAX_SCALE"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
         castle_attention_desc d = f.desc;
         d.scale = bad[i];
@@ -506,17 +509,6 @@ START_TEST(test_bad_scale)
         a.desc = &d;
         char what[64];
         snprintf(what, sizeof what, "scale=%s", names[i]);
-        expect_reject(&f, &a, CASTLE_ERR_BAD_SCALE, "scale=", what);
-    }
-    /* above CASTLE_MAX_SCALE the float32 scores overflow for ordinary inputs (FLT_MAX: NaN outputs) */
-    const float big[] = {FLT_MAX, 2 * CASTLE_MAX_SCALE, nextafterf(CASTLE_MAX_SCALE, INFINITY)};
-    for (size_t i = 0; i < sizeof big / sizeof big[0]; ++i) {
-        castle_attention_desc d = f.desc;
-        d.scale = big[i];
-        fwd_args a = fx_args(&f);
-        a.desc = &d;
-        char what[64];
-        snprintf(what, sizeof what, "scale=%g", (double)big[i]);
         expect_reject(&f, &a, CASTLE_ERR_BAD_SCALE, "scale=", what);
     }
     castle_attention_desc d = f.desc;
