@@ -12,6 +12,7 @@
 #include "schedule.h"
 #include "context.h"
 #include "error.h"
+#include "launch.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -97,84 +98,6 @@ void castle__cache_reset(castle_cache *c)
     c->lens_valid = false; /* the next call rewrites the device lengths */
 }
 
-/* ---- command chain ----------------------------------------------------------------------------- */
-
-/* Orders a sequence of commands: the first waits for the caller's list; on an out-of-order queue
-   each later one waits for the one before.  The last hands its event to the caller. */
-typedef struct chain {
-    cl_command_queue queue;
-    bool in_order, started;
-    cl_uint nwait;
-    const cl_event *wait;
-    cl_event prev;
-    cl_event *user_event;
-} chain;
-
-static castle_status chain_init(chain *ch, cl_command_queue queue, cl_uint nwait, const cl_event *wait, cl_event *event)
-{
-    memset(ch, 0, sizeof *ch);
-    cl_command_queue_properties props = 0;
-    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
-    if (err != CL_SUCCESS)
-        return castle__cl_fail(err, "clGetCommandQueueInfo(CL_QUEUE_PROPERTIES)");
-    ch->queue = queue;
-    ch->in_order = !(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
-    ch->nwait = nwait;
-    ch->wait = nwait ? wait : NULL;
-    ch->user_event = event;
-    return CASTLE_SUCCESS;
-}
-
-/* The wait list and event slot for the next command (`last`: the final one of the sequence). */
-static void chain_next(chain *ch, bool last, cl_uint *n, const cl_event **list, cl_event **ev, cl_event *slot)
-{
-    *slot = NULL;
-    if (!ch->started) {
-        *n = ch->nwait;
-        *list = ch->wait;
-    } else {
-        *n = ch->prev ? 1 : 0;
-        *list = ch->prev ? &ch->prev : NULL;
-    }
-    *ev = ((last && ch->user_event) || !ch->in_order) ? slot : NULL;
-}
-
-/* Records the outcome of the command chain_next prepared. */
-static castle_status chain_done(chain *ch, bool last, cl_int err, cl_event ev, const char *what)
-{
-    if (ch->prev)
-        clReleaseEvent(ch->prev);
-    ch->prev = NULL;
-    ch->started = true;
-    if (err != CL_SUCCESS) {
-        if (ev)
-            clReleaseEvent(ev);
-        return castle__cl_fail(err, what);
-    }
-    if (last && ch->user_event)
-        *ch->user_event = ev;
-    else
-        ch->prev = ev;
-    return CASTLE_SUCCESS;
-}
-
-static void chain_end(chain *ch)
-{
-    if (ch->prev)
-        clReleaseEvent(ch->prev);
-    ch->prev = NULL;
-}
-
-static castle_status chain_kernel(chain *ch, bool last, cl_kernel k, const size_t global[2], const size_t local[2])
-{
-    cl_uint n;
-    const cl_event *list;
-    cl_event *evp, ev;
-    chain_next(ch, last, &n, &list, &evp, &ev);
-    cl_int err = clEnqueueNDRangeKernel(ch->queue, k, 2, NULL, global, local, n, list, evp);
-    return chain_done(ch, last, err, ev, "clEnqueueNDRangeKernel");
-}
-
 /* ---- prefill ------------------------------------------------------------------------------------ */
 
 castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, const castle_problem *p,
@@ -203,7 +126,7 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
     cl_mem ws = new_buffer(ctx, p->ws_floats * sizeof(float), NULL, &err);
     cl_mem lse_tmp = lse ? NULL : new_buffer(ctx, p->strides[CASTLE_TENSOR_LSE].s[3] * sizeof(float), NULL, &err);
     free(lens_host);
-    chain ch;
+    castle_chain ch;
     memset(&ch, 0, sizeof ch);
     if (err != CL_SUCCESS) {
         st = castle__fail((castle_status)err,
@@ -211,7 +134,7 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
                           p->ws_floats * sizeof(float));
         goto done;
     }
-    if ((st = chain_init(&ch, queue, nwait, wait, event)))
+    if ((st = castle__chain_init(&ch, queue, nwait, wait, event)))
         goto done;
 
     /* 1. the forward pass: outputs, and D in the workspace (first: it builds its own kernel, so a
@@ -220,13 +143,13 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
         cl_uint n;
         const cl_event *list;
         cl_event *evp, ev;
-        chain_next(&ch, false, &n, &list, &evp, &ev);
+        castle__chain_next(&ch, false, &n, &list, &evp, &ev);
         cl_mem fwd[CASTLE_TENSOR_COUNT];
         memcpy(fwd, bufs, sizeof fwd);
         if (!lse)
             fwd[CASTLE_TENSOR_LSE] = lse_tmp;
         st = castle__schedule_forward(ctx, p, fwd, ws, queue, n, list, evp);
-        chain_done(&ch, false, CL_SUCCESS, ev, ""); /* keeps ev as the next command's dependency */
+        castle__chain_done(&ch, false, CL_SUCCESS, ev, ""); /* keeps ev as the next command's dependency */
         if (st != CASTLE_SUCCESS)
             goto done;
     }
@@ -235,9 +158,9 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
         cl_uint n;
         const cl_event *list;
         cl_event *evp, ev;
-        chain_next(&ch, false, &n, &list, &evp, &ev);
+        castle__chain_next(&ch, false, &n, &list, &evp, &ev);
         err = clEnqueueCopyBuffer(queue, lens_tmp, c->lens, 0, 0, c->B * sizeof(int), n, list, evp);
-        if ((st = chain_done(&ch, false, err, ev, "clEnqueueCopyBuffer")))
+        if ((st = castle__chain_done(&ch, false, err, ev, "clEnqueueCopyBuffer")))
             goto done;
     }
     /* 3. KC, VC, the QU ring, and U from D unless ragged */
@@ -245,59 +168,49 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
         const cl_int P = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H, R = c->R, cap = (cl_int)c->cap;
         const cl_int Lpad = (cl_int)p->Lpad, use_d = !ragged;
         const cl_ulong ws_hi = p->ws_off[CASTLE_WS_D_HI], ws_lo = p->ws_off[CASTLE_WS_D_LO];
-        cl_uint a = 0;
-        err = CL_SUCCESS;
-#define ARG(k, v) err |= clSetKernelArg(k, a++, sizeof(v), &(v))
-        ARG(kstore, P);
-        ARG(kstore, d);
-        ARG(kstore, H);
-        ARG(kstore, R);
-        ARG(kstore, cap);
-        ARG(kstore, c->lens);
-        ARG(kstore, in[CASTLE_TENSOR_QU]);
-        ARG(kstore, p->strides[CASTLE_TENSOR_QU]);
-        ARG(kstore, in[CASTLE_TENSOR_KC]);
-        ARG(kstore, p->strides[CASTLE_TENSOR_KC]);
-        ARG(kstore, in[CASTLE_TENSOR_VC]);
-        ARG(kstore, p->strides[CASTLE_TENSOR_VC]);
-        ARG(kstore, ws);
-        ARG(kstore, ws_hi);
-        ARG(kstore, ws_lo);
-        ARG(kstore, Lpad);
-        ARG(kstore, use_d);
-        ARG(kstore, c->u);
-        ARG(kstore, c->qu);
-        ARG(kstore, c->kc);
-        ARG(kstore, c->vc);
-        if (err != CL_SUCCESS) {
-            st = castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for castle_cache_prefill_store");
-            goto done;
-        }
+        castle_args as = {.n = 0}, au = {.n = 0};
+#define ARG(list, v) CASTLE_ARG(&list, v)
+        ARG(as, P);
+        ARG(as, d);
+        ARG(as, H);
+        ARG(as, R);
+        ARG(as, cap);
+        ARG(as, c->lens);
+        ARG(as, in[CASTLE_TENSOR_QU]);
+        ARG(as, p->strides[CASTLE_TENSOR_QU]);
+        ARG(as, in[CASTLE_TENSOR_KC]);
+        ARG(as, p->strides[CASTLE_TENSOR_KC]);
+        ARG(as, in[CASTLE_TENSOR_VC]);
+        ARG(as, p->strides[CASTLE_TENSOR_VC]);
+        ARG(as, ws);
+        ARG(as, ws_hi);
+        ARG(as, ws_lo);
+        ARG(as, Lpad);
+        ARG(as, use_d);
+        ARG(as, c->u);
+        ARG(as, c->qu);
+        ARG(as, c->kc);
+        ARG(as, c->vc);
         const size_t lsz = ctx->tuning.threads, elems = p->L * p->d;
         const size_t global[2] = {(elems + lsz - 1) / lsz * lsz, p->B * p->H}, local[2] = {lsz, 1};
-        if ((st = chain_kernel(&ch, !ragged, kstore, global, local)))
+        if ((st = castle__launch(&ch, !ragged, ctx, kstore, "castle_cache_prefill_store", &as, global, local)))
             goto done;
         if (ragged) {
             const cl_int W = c->W;
             const cl_float sc = p->scale;
-            a = 0;
-            ARG(ku, d);
-            ARG(ku, H);
-            ARG(ku, W);
-            ARG(ku, cap);
-            ARG(ku, sc);
-            ARG(ku, c->lens);
+            ARG(au, d);
+            ARG(au, H);
+            ARG(au, W);
+            ARG(au, cap);
+            ARG(au, sc);
+            ARG(au, c->lens);
             for (int t = CASTLE_TENSOR_QU; t <= CASTLE_TENSOR_VU; ++t) {
-                ARG(ku, in[t]);
-                ARG(ku, p->strides[t]);
+                ARG(au, in[t]);
+                ARG(au, p->strides[t]);
             }
-            ARG(ku, c->u);
-            if (err != CL_SUCCESS) {
-                st = castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for castle_cache_prefill_u");
-                goto done;
-            }
+            ARG(au, c->u);
             const size_t gu[2] = {p->N * (size_t)ctx->tuning.threads, p->B * p->H};
-            if ((st = chain_kernel(&ch, true, ku, gu, local)))
+            if ((st = castle__launch(&ch, true, ctx, ku, "castle_cache_prefill_u", &au, gu, local)))
                 goto done;
         }
 #undef ARG
@@ -307,7 +220,7 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
     c->decoded = 0;
     c->lens_valid = true;
 done:
-    chain_end(&ch);
+    castle__chain_end(&ch);
     if (lens_tmp)
         clReleaseMemObject(lens_tmp);
     if (ws)
@@ -335,18 +248,18 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
     if (err != CL_SUCCESS || !wg[0])
         return castle__fail(err ? (castle_status)err : CASTLE_ERR_DEVICE_UNSUPPORTED,
                             "cannot read the decode kernel's work-group size");
-    chain ch;
-    if ((st = chain_init(&ch, queue, nwait, wait, event)))
+    castle_chain ch;
+    if ((st = castle__chain_init(&ch, queue, nwait, wait, event)))
         return st;
     if (!c->lens_valid) { /* after a reset: every sequence starts empty */
         const cl_int zero = 0;
         cl_uint n;
         const cl_event *list;
         cl_event *evp, ev;
-        chain_next(&ch, false, &n, &list, &evp, &ev);
+        castle__chain_next(&ch, false, &n, &list, &evp, &ev);
         err = clEnqueueFillBuffer(queue, c->lens, &zero, sizeof zero, 0, c->B * sizeof(cl_int), n, list, evp);
-        if ((st = chain_done(&ch, false, err, ev, "clEnqueueFillBuffer")))
-            return chain_end(&ch), st;
+        if ((st = castle__chain_done(&ch, false, err, ev, "clEnqueueFillBuffer")))
+            return castle__chain_end(&ch), st;
     }
     size_t longest = 0;
     for (size_t b = 0; b < c->B; ++b)
@@ -361,46 +274,45 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
     const size_t target = 4 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
     const size_t per_bh = (target + bh - 1) / bh;
     cl_mem lse_arg = lse ? lse : o; /* never written when want_lse = 0 */
-    cl_uint a = 0;
-    err = CL_SUCCESS;
-#define ARG(k, v) err |= clSetKernelArg(k, a++, sizeof(v), &(v))
-    /* Arguments that stay the same for every token of the call. */
-    a = 3;
-    ARG(ka, nchunks);
-    ARG(ka, d);
-    ARG(ka, H);
-    ARG(ka, W);
-    ARG(ka, R);
-    ARG(ka, cap);
-    ARG(ka, sc);
-    ARG(ka, c->lens);
-    for (int t = CASTLE_TENSOR_KU; t <= CASTLE_TENSOR_VC; ++t) {
-        ARG(ka, in[t]);
-        ARG(ka, p->strides[t]);
+    castle_args aa = {.n = 0}, ac = {.n = 0};
+#define ARG(list, v) CASTLE_ARG(&list, v)
+    /* Arguments 0..2 (position, row, chunk) are set per token; the others stay for the call. */
+    const cl_int zero = 0;
+    for (int i = 0; i < 3; ++i) {
+        ARG(aa, zero);
+        ARG(ac, zero);
     }
-    ARG(ka, c->u);
-    ARG(ka, c->qu);
-    ARG(ka, c->kc);
-    ARG(ka, c->vc);
-    ARG(ka, c->part);
-    a = 3;
-    ARG(kc, nchunks);
-    ARG(kc, d);
-    ARG(kc, H);
-    ARG(kc, R);
-    ARG(kc, c->lens);
-    ARG(kc, in[CASTLE_TENSOR_QU]);
-    ARG(kc, p->strides[CASTLE_TENSOR_QU]);
-    ARG(kc, c->qu);
-    ARG(kc, c->part);
-    ARG(kc, o);
-    ARG(kc, p->strides[CASTLE_TENSOR_O]);
-    ARG(kc, lse_arg);
-    ARG(kc, p->strides[CASTLE_TENSOR_LSE]);
-    ARG(kc, want_lse);
-    if (err != CL_SUCCESS)
-        return chain_end(&ch),
-               castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for the decode kernels");
+    ARG(aa, nchunks);
+    ARG(aa, d);
+    ARG(aa, H);
+    ARG(aa, W);
+    ARG(aa, R);
+    ARG(aa, cap);
+    ARG(aa, sc);
+    ARG(aa, c->lens);
+    for (int t = CASTLE_TENSOR_KU; t <= CASTLE_TENSOR_VC; ++t) {
+        ARG(aa, in[t]);
+        ARG(aa, p->strides[t]);
+    }
+    ARG(aa, c->u);
+    ARG(aa, c->qu);
+    ARG(aa, c->kc);
+    ARG(aa, c->vc);
+    ARG(aa, c->part);
+    ARG(ac, nchunks);
+    ARG(ac, d);
+    ARG(ac, H);
+    ARG(ac, R);
+    ARG(ac, c->lens);
+    ARG(ac, in[CASTLE_TENSOR_QU]);
+    ARG(ac, p->strides[CASTLE_TENSOR_QU]);
+    ARG(ac, c->qu);
+    ARG(ac, c->part);
+    ARG(ac, o);
+    ARG(ac, p->strides[CASTLE_TENSOR_O]);
+    ARG(ac, lse_arg);
+    ARG(ac, p->strides[CASTLE_TENSOR_LSE]);
+    ARG(ac, want_lse);
 
     for (size_t i = 0; i < p->L; ++i) {
         const cl_int pos0 = (cl_int)(c->decoded + i), row = (cl_int)i;
@@ -409,24 +321,19 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
         S = (S + MIN_CHUNK - 1) / MIN_CHUNK * MIN_CHUNK;
         const cl_int Sarg = (cl_int)S;
         const size_t groups = (rows + S - 1) / S; /* <= nchunks: rows <= cap, S >= MIN_CHUNK */
-        a = 0;
-        ARG(ka, pos0);
-        ARG(ka, row);
-        ARG(ka, Sarg);
-        a = 0;
-        ARG(kc, pos0);
-        ARG(kc, row);
-        ARG(kc, Sarg);
-        if (err != CL_SUCCESS)
-            return chain_end(&ch),
-                   castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for the decode kernels");
+        const cl_int per_token[3] = {pos0, row, Sarg};
+        for (cl_uint k = 0; k < 3; ++k) {
+            castle__args_set(&aa, k, sizeof(cl_int), &per_token[k]);
+            castle__args_set(&ac, k, sizeof(cl_int), &per_token[k]);
+        }
         const size_t ga[2] = {groups * dnt, bh}, la[2] = {dnt, 1};
         const size_t gc[2] = {bh * dnt, 1};
-        if ((st = chain_kernel(&ch, false, ka, ga, la)) || (st = chain_kernel(&ch, i + 1 == p->L, kc, gc, la)))
-            return chain_end(&ch), st;
+        if ((st = castle__launch(&ch, false, ctx, ka, "castle_cache_decode_attend", &aa, ga, la)) ||
+            (st = castle__launch(&ch, i + 1 == p->L, ctx, kc, "castle_cache_decode_combine", &ac, gc, la)))
+            return castle__chain_end(&ch), st;
     }
 #undef ARG
-    chain_end(&ch);
+    castle__chain_end(&ch);
     c->decoded += p->L;
     c->lens_valid = true;
     return CASTLE_SUCCESS;

@@ -12,6 +12,7 @@
 #include "causal.h"
 #include "context.h"
 #include "error.h"
+#include "launch.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,33 +26,6 @@
 #define DECODE_GROUP 64
 #define MIN_KEYS 32
 
-/* ---- launch sequence ---------------------------------------------------------------------------- */
-
-typedef struct launches {
-    cl_command_queue queue;
-    bool in_order;
-    cl_uint nwait;
-    const cl_event *wait;
-    cl_event prev;  /* out-of-order queue: the previous launch */
-    cl_event *user; /* the caller's output event */
-} launches;
-
-static castle_status launches_init(launches *ls, cl_command_queue queue, cl_uint nwait, const cl_event *wait,
-                                   cl_event *event)
-{
-    memset(ls, 0, sizeof *ls);
-    cl_command_queue_properties props = 0;
-    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
-    if (err != CL_SUCCESS)
-        return castle__cl_fail(err, "clGetCommandQueueInfo(CL_QUEUE_PROPERTIES)");
-    ls->queue = queue;
-    ls->in_order = !(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
-    ls->nwait = nwait;
-    ls->wait = nwait ? wait : NULL;
-    ls->user = event;
-    return CASTLE_SUCCESS;
-}
-
 /* The work-group size kernel was compiled for (cl/causal.cl CC_NT). */
 static castle_status group_size(castle_context *ctx, cl_kernel kernel, size_t *wg)
 {
@@ -63,76 +37,34 @@ static castle_status group_size(castle_context *ctx, cl_kernel kernel, size_t *w
     return CASTLE_SUCCESS;
 }
 
-/* Enqueues kernel over g0 x g1 work-groups of the size it was compiled for (cl/causal.cl CC_NT);
-   the first launch waits for the caller's list, each later one for the one before; the last hands
-   its event to the caller. */
-static castle_status launch(launches *ls, castle_context *ctx, cl_kernel kernel, size_t g0, size_t g1, bool last)
+/* Enqueues kernel with its arguments over g0 x g1 work-groups of the size it was compiled for
+   (cl/causal.cl CC_NT), as the next command of ch. */
+static castle_status launch(castle_chain *ch, castle_context *ctx, cl_kernel kernel, const char *name,
+                            const castle_args *a, size_t g0, size_t g1, bool last)
 {
     size_t wg = 0;
     castle_status st = group_size(ctx, kernel, &wg);
     if (st != CASTLE_SUCCESS)
         return st;
     const size_t local[2] = {wg, 1}, global[2] = {g0 * wg, g1};
-    const bool want = (last && ls->user) || (!last && !ls->in_order);
-    cl_event ev = NULL;
-    cl_int err =
-        clEnqueueNDRangeKernel(ls->queue, kernel, 2, NULL, global, local, ls->nwait, ls->wait, want ? &ev : NULL);
-    if (ls->prev)
-        clReleaseEvent(ls->prev);
-    ls->prev = NULL;
-    if (err != CL_SUCCESS)
-        return castle__cl_fail(err, "clEnqueueNDRangeKernel");
-    if (last && ls->user) {
-        *ls->user = ev;
-    } else if (ev) {
-        ls->prev = ev;
-    }
-    ls->nwait = ls->prev ? 1 : 0;
-    ls->wait = ls->prev ? &ls->prev : NULL;
-    return CASTLE_SUCCESS;
-}
-
-static void launches_end(launches *ls)
-{
-    if (ls->prev)
-        clReleaseEvent(ls->prev);
-    ls->prev = NULL;
+    return castle__launch(ch, last, ctx, kernel, name, a, global, local);
 }
 
 /* ---- kernel arguments --------------------------------------------------------------------------- */
 
-typedef struct args {
-    cl_kernel kernel;
-    cl_uint next;
-    cl_int err;
-} args;
-
-static void arg(args *a, size_t size, const void *value)
-{
-    if (a->err == CL_SUCCESS)
-        a->err = clSetKernelArg(a->kernel, a->next, size, value);
-    a->next++;
-}
-#define ARG(a, v) arg(a, sizeof(v), &(v))
+#define ARG(a, v) CASTLE_ARG(a, v)
 
 /* A tensor's buffer and its strides. */
-static void arg_tensor(args *a, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT], castle_tensor t)
+static void arg_tensor(castle_args *a, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT], castle_tensor t)
 {
     ARG(a, bufs[t]);
     ARG(a, p->strides[t]);
 }
 
-static castle_status args_done(const args *a, const char *kernel)
-{
-    return a->err == CL_SUCCESS ? CASTLE_SUCCESS
-                                : castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "clSetKernelArg failed for %s (OpenCL %d)",
-                                               kernel, (int)a->err);
-}
-
 /* castle_causal_forward over query rows 0..n-1 at positions t0.. against keys k, v (kstride). */
 static castle_status forward_args(castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
                                   cl_int t0, cl_mem k, cl_mem v, cl_ulong4 kstride, cl_ulong4 vstride, cl_int nsplit,
-                                  cl_mem part, cl_kernel *kernel)
+                                  cl_mem part, cl_kernel *kernel, castle_args *a)
 {
     castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_forward", kernel);
     if (st != CASTLE_SUCCESS)
@@ -141,24 +73,23 @@ static castle_status forward_args(castle_context *ctx, const castle_problem *p, 
     const cl_int want_lse = bufs[CASTLE_TENSOR_LSE] != NULL;
     const cl_mem o = bufs[CASTLE_TENSOR_O], lse = want_lse ? bufs[CASTLE_TENSOR_LSE] : o; /* lse: unused then */
     const cl_mem part_arg = part ? part : o;                                              /* unused when nsplit = 1 */
-    args a = {*kernel, 0, CL_SUCCESS};
-    ARG(&a, n);
-    ARG(&a, t0);
-    ARG(&a, d);
-    ARG(&a, H);
-    ARG(&a, p->scale);
-    arg_tensor(&a, p, bufs, CASTLE_TENSOR_QC);
-    ARG(&a, k);
-    ARG(&a, kstride);
-    ARG(&a, v);
-    ARG(&a, vstride);
-    arg_tensor(&a, p, bufs, CASTLE_TENSOR_O);
-    ARG(&a, lse);
-    ARG(&a, p->strides[CASTLE_TENSOR_LSE]);
-    ARG(&a, want_lse);
-    ARG(&a, nsplit);
-    ARG(&a, part_arg);
-    return args_done(&a, "castle_causal_forward");
+    ARG(a, n);
+    ARG(a, t0);
+    ARG(a, d);
+    ARG(a, H);
+    ARG(a, p->scale);
+    arg_tensor(a, p, bufs, CASTLE_TENSOR_QC);
+    ARG(a, k);
+    ARG(a, kstride);
+    ARG(a, v);
+    ARG(a, vstride);
+    arg_tensor(a, p, bufs, CASTLE_TENSOR_O);
+    ARG(a, lse);
+    ARG(a, p->strides[CASTLE_TENSOR_LSE]);
+    ARG(a, want_lse);
+    ARG(a, nsplit);
+    ARG(a, part_arg);
+    return CASTLE_SUCCESS;
 }
 
 /* ---- forward and backward ----------------------------------------------------------------------- */
@@ -168,13 +99,14 @@ castle_status castle__causal_forward(castle_context *ctx, const castle_problem *
                                      const cl_event *wait, cl_event *event)
 {
     cl_kernel kernel;
+    castle_args a = {.n = 0};
     castle_status st = forward_args(ctx, p, bufs, 0, bufs[CASTLE_TENSOR_KC], bufs[CASTLE_TENSOR_VC],
-                                    p->strides[CASTLE_TENSOR_KC], p->strides[CASTLE_TENSOR_VC], 1, NULL, &kernel);
-    launches ls;
-    if (st || (st = launches_init(&ls, queue, nwait, wait, event)))
+                                    p->strides[CASTLE_TENSOR_KC], p->strides[CASTLE_TENSOR_VC], 1, NULL, &kernel, &a);
+    castle_chain ch;
+    if (st || (st = castle__chain_init(&ch, queue, nwait, wait, event)))
         return st;
-    st = launch(&ls, ctx, kernel, p->N, p->B * p->H, true);
-    launches_end(&ls);
+    st = launch(&ch, ctx, kernel, "castle_causal_forward", &a, p->N, p->B * p->H, true);
+    castle__chain_end(&ch);
     return st;
 }
 
@@ -187,31 +119,31 @@ castle_status castle__causal_backward(castle_context *ctx, const castle_problem 
     static const char *const names[2] = {"castle_causal_backward_kv", "castle_causal_backward_q"};
     const cl_int L = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H;
     cl_kernel kernels[2];
+    castle_args args[2] = {{.n = 0}, {.n = 0}};
     castle_status st = CASTLE_SUCCESS;
     for (int i = 0; i < 2 && st == CASTLE_SUCCESS; ++i) {
         if ((st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, names[i], &kernels[i])))
             break;
-        args a = {kernels[i], 0, CL_SUCCESS};
-        ARG(&a, L);
-        ARG(&a, d);
-        ARG(&a, H);
-        ARG(&a, p->scale);
+        castle_args *a = &args[i];
+        ARG(a, L);
+        ARG(a, d);
+        ARG(a, H);
+        ARG(a, p->scale);
         for (size_t t = 0; t < sizeof inputs / sizeof inputs[0]; ++t)
-            arg_tensor(&a, p, bufs, inputs[t]);
+            arg_tensor(a, p, bufs, inputs[t]);
         if (i == 0) {
-            arg_tensor(&a, p, bufs, CASTLE_TENSOR_DKC);
-            arg_tensor(&a, p, bufs, CASTLE_TENSOR_DVC);
+            arg_tensor(a, p, bufs, CASTLE_TENSOR_DKC);
+            arg_tensor(a, p, bufs, CASTLE_TENSOR_DVC);
         } else {
-            arg_tensor(&a, p, bufs, CASTLE_TENSOR_DQC);
+            arg_tensor(a, p, bufs, CASTLE_TENSOR_DQC);
         }
-        st = args_done(&a, names[i]);
     }
-    launches ls;
-    if (st || (st = launches_init(&ls, queue, nwait, wait, event)))
+    castle_chain ch;
+    if (st || (st = castle__chain_init(&ch, queue, nwait, wait, event)))
         return st;
-    if (!(st = launch(&ls, ctx, kernels[0], p->N, p->B * p->H, false)))
-        st = launch(&ls, ctx, kernels[1], p->N, p->B * p->H, true);
-    launches_end(&ls);
+    if (!(st = launch(&ch, ctx, kernels[0], names[0], &args[0], p->N, p->B * p->H, false)))
+        st = launch(&ch, ctx, kernels[1], names[1], &args[1], p->N, p->B * p->H, true);
+    castle__chain_end(&ch);
     return st;
 }
 
@@ -284,6 +216,8 @@ castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, con
     const cl_int t0 = (cl_int)c->len, d = (cl_int)p->d, H = (cl_int)p->H;
     const cl_ulong4 cs = cache_strides(c);
     cl_kernel kapp, katt = NULL, kcomb = NULL;
+    const char *att_name = "castle_causal_decode";
+    castle_args a_app = {.n = 0}, a_att = {.n = 0}, a_comb = {.n = 0};
     size_t groups = p->N, partials = 1; /* attention work-groups along dim 0, partials per row */
     castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_append", &kapp);
     if (st == CASTLE_SUCCESS && n <= DECODE_ROWS) {
@@ -298,19 +232,18 @@ castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, con
             groups = split;
             partials = split * wg;
             const cl_int nn = (cl_int)n, P = (cl_int)split;
-            args a = {katt, 0, CL_SUCCESS};
-            ARG(&a, nn);
-            ARG(&a, t0);
-            ARG(&a, d);
-            ARG(&a, H);
-            ARG(&a, p->scale);
-            arg_tensor(&a, p, bufs, CASTLE_TENSOR_QC);
-            ARG(&a, c->k);
-            ARG(&a, c->v);
-            ARG(&a, cs);
-            ARG(&a, P);
-            ARG(&a, c->part);
-            st = args_done(&a, "castle_causal_decode");
+            castle_args *a = &a_att;
+            ARG(a, nn);
+            ARG(a, t0);
+            ARG(a, d);
+            ARG(a, H);
+            ARG(a, p->scale);
+            arg_tensor(a, p, bufs, CASTLE_TENSOR_QC);
+            ARG(a, c->k);
+            ARG(a, c->v);
+            ARG(a, cs);
+            ARG(a, P);
+            ARG(a, c->part);
         } else if (st == CASTLE_SUCCESS) {
             katt = NULL; /* the scratch is too small for this tuning: the block kernel below */
         }
@@ -325,45 +258,47 @@ castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, con
         }
         groups = p->N * split;
         partials = split;
-        st = forward_args(ctx, p, bufs, t0, c->k, c->v, cs, cs, (cl_int)split, split > 1 ? c->part : NULL, &katt);
+        att_name = "castle_causal_forward";
+        a_att.n = 0;
+        st = forward_args(ctx, p, bufs, t0, c->k, c->v, cs, cs, (cl_int)split, split > 1 ? c->part : NULL, &katt,
+                          &a_att);
     }
     if (st == CASTLE_SUCCESS && partials > 1 &&
         !(st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_combine", &kcomb))) {
         const cl_int want_lse = bufs[CASTLE_TENSOR_LSE] != NULL, nn = (cl_int)n, P = (cl_int)partials;
         const cl_mem o = bufs[CASTLE_TENSOR_O], lse = want_lse ? bufs[CASTLE_TENSOR_LSE] : o;
-        args a = {kcomb, 0, CL_SUCCESS};
-        ARG(&a, nn);
-        ARG(&a, d);
-        ARG(&a, H);
-        ARG(&a, P);
-        ARG(&a, c->part);
-        arg_tensor(&a, p, bufs, CASTLE_TENSOR_O);
-        ARG(&a, lse);
-        ARG(&a, p->strides[CASTLE_TENSOR_LSE]);
-        ARG(&a, want_lse);
-        st = args_done(&a, "castle_causal_combine");
+        castle_args *a = &a_comb;
+        ARG(a, nn);
+        ARG(a, d);
+        ARG(a, H);
+        ARG(a, P);
+        ARG(a, c->part);
+        arg_tensor(a, p, bufs, CASTLE_TENSOR_O);
+        ARG(a, lse);
+        ARG(a, p->strides[CASTLE_TENSOR_LSE]);
+        ARG(a, want_lse);
     }
     if (st == CASTLE_SUCCESS) {
         const cl_int nn = (cl_int)n;
-        args a = {kapp, 0, CL_SUCCESS};
-        ARG(&a, nn);
-        ARG(&a, t0);
-        ARG(&a, d);
-        ARG(&a, H);
-        arg_tensor(&a, p, bufs, CASTLE_TENSOR_KC);
-        arg_tensor(&a, p, bufs, CASTLE_TENSOR_VC);
-        ARG(&a, c->k);
-        ARG(&a, c->v);
-        ARG(&a, cs);
-        st = args_done(&a, "castle_causal_append");
+        castle_args *a = &a_app;
+        ARG(a, nn);
+        ARG(a, t0);
+        ARG(a, d);
+        ARG(a, H);
+        arg_tensor(a, p, bufs, CASTLE_TENSOR_KC);
+        arg_tensor(a, p, bufs, CASTLE_TENSOR_VC);
+        ARG(a, c->k);
+        ARG(a, c->v);
+        ARG(a, cs);
     }
-    launches ls;
-    if (st || (st = launches_init(&ls, queue, nwait, wait, event)))
+    castle_chain ch;
+    if (st || (st = castle__chain_init(&ch, queue, nwait, wait, event)))
         return st;
     /* Append (one group per block of new rows), attention, and the merge of the partials. */
-    if (!(st = launch(&ls, ctx, kapp, p->N, bh, false)) && !(st = launch(&ls, ctx, katt, groups, bh, !kcomb)) && kcomb)
-        st = launch(&ls, ctx, kcomb, p->N, bh, true);
-    launches_end(&ls);
+    if (!(st = launch(&ch, ctx, kapp, "castle_causal_append", &a_app, p->N, bh, false)) &&
+        !(st = launch(&ch, ctx, katt, att_name, &a_att, groups, bh, !kcomb)) && kcomb)
+        st = launch(&ch, ctx, kcomb, "castle_causal_combine", &a_comb, p->N, bh, true);
+    castle__chain_end(&ch);
     if (st == CASTLE_SUCCESS)
         c->len += p->L;
     return st;

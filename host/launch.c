@@ -1,0 +1,106 @@
+/* The launch helper and command chains (see launch.h). */
+#include "launch.h"
+#include "context.h"
+#include "error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void castle__args_push(castle_args *list, size_t size, const void *value)
+{
+    if (list->n >= CASTLE_MAX_ARGS || size > CASTLE_MAX_ARG_BYTES) {
+        list->overflow = true;
+        return;
+    }
+    memcpy(list->value[list->n], value, size);
+    list->size[list->n++] = size;
+}
+
+void castle__args_set(castle_args *list, cl_uint i, size_t size, const void *value)
+{
+    if (i >= list->n || size != list->size[i]) {
+        list->overflow = true;
+        return;
+    }
+    memcpy(list->value[i], value, size);
+}
+
+castle_status castle__chain_init(castle_chain *ch, cl_command_queue queue, cl_uint nwait, const cl_event *wait,
+                                 cl_event *event)
+{
+    memset(ch, 0, sizeof *ch);
+    cl_command_queue_properties props = 0;
+    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+    if (err != CL_SUCCESS)
+        return castle__cl_fail(err, "clGetCommandQueueInfo(CL_QUEUE_PROPERTIES)");
+    ch->queue = queue;
+    ch->in_order = !(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+    ch->nwait = nwait;
+    ch->wait = nwait ? wait : NULL;
+    ch->user_event = event;
+    return CASTLE_SUCCESS;
+}
+
+void castle__chain_next(castle_chain *ch, bool last, cl_uint *n, const cl_event **list, cl_event **ev, cl_event *slot)
+{
+    *slot = NULL;
+    if (!ch->started) {
+        *n = ch->nwait;
+        *list = ch->wait;
+    } else {
+        *n = ch->prev ? 1 : 0;
+        *list = ch->prev ? &ch->prev : NULL;
+    }
+    *ev = ((last && ch->user_event) || !ch->in_order) ? slot : NULL;
+}
+
+castle_status castle__chain_done(castle_chain *ch, bool last, cl_int err, cl_event ev, const char *what)
+{
+    if (ch->prev)
+        clReleaseEvent(ch->prev);
+    ch->prev = NULL;
+    ch->started = true;
+    if (err != CL_SUCCESS) {
+        if (ev)
+            clReleaseEvent(ev);
+        return castle__cl_fail(err, what);
+    }
+    if (last && ch->user_event)
+        *ch->user_event = ev;
+    else
+        ch->prev = ev;
+    return CASTLE_SUCCESS;
+}
+
+void castle__chain_end(castle_chain *ch)
+{
+    if (ch->prev)
+        clReleaseEvent(ch->prev);
+    ch->prev = NULL;
+}
+
+castle_status castle__launch(castle_chain *ch, bool last, castle_context *ctx, cl_kernel kernel, const char *name,
+                             const castle_args *args, const size_t global[2], const size_t local[2])
+{
+    if (args->overflow)
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s: more than %d kernel arguments or one over %d bytes",
+                            name, CASTLE_MAX_ARGS, CASTLE_MAX_ARG_BYTES);
+    cl_uint n;
+    const cl_event *list;
+    cl_event *evp, ev;
+    castle__chain_next(ch, last, &n, &list, &evp, &ev);
+    castle__ctx_lock(ctx);
+    cl_int err = CL_SUCCESS;
+    cl_uint i = 0;
+    while (i < args->n && (err = clSetKernelArg(kernel, i, args->size[i], args->value[i])) == CL_SUCCESS)
+        ++i;
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(ch->queue, kernel, 2, NULL, global, local, n, list, evp);
+    castle__ctx_unlock(ctx);
+    char what[160];
+    if (i < args->n)
+        snprintf(what, sizeof what, "clSetKernelArg(%s, argument %u)", name, (unsigned)i);
+    else
+        snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", name);
+    return castle__chain_done(ch, last, err, ev, what);
+}
