@@ -181,6 +181,8 @@ static double max_err(const float *got, const double *ref, size_t n, double floo
     return *finite ? e / m : INFINITY;
 }
 
+h_poison h_poisoned = {-1, 0, 0.0f};
+
 static castle_status run_case(castle_context *ctx, cl_command_queue q, const h_fwd_case *c, bool backward,
                               bool with_ref, h_grad_ref gref, bool keep, h_fwd_out *out)
 {
@@ -216,7 +218,9 @@ static castle_status run_case(castle_context *ctx, cl_command_queue q, const h_f
                 for (size_t r = 0; r < L; ++r)
                     for (size_t e = 0; e < d; ++e) /* representable in float: the device sees the same */
                         logical[(size_t)t * n + ((b * H + h) * L + r) * d + e] =
-                            (double)(float)(c->mag * h_value(c->seed, (unsigned)t, b, h, r, e));
+                            (t == h_poisoned.tensor && r == h_poisoned.row)
+                                ? (double)h_poisoned.value
+                                : (double)(float)((t == 6 ? 1.0 : c->mag) * h_value(c->seed, (unsigned)t, b, h, r, e));
 
     for (int t = 0; t < NT_; ++t) {
         const size_t width = t == CASTLE_TENSOR_LSE ? 1 : d;

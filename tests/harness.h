@@ -45,7 +45,7 @@ typedef struct h_fwd_case {
     size_t B, H, L, d;
     long W;
     h_layout layout;
-    double mag;   /* inputs uniform in [-mag, mag) */
+    double mag;   /* inputs uniform in [-mag, mag); dO (backward) always in [-1, 1) */
     float scale;  /* 0 = default 1/sqrt(d) */
     uint64_t seed;
 } h_fwd_case;
@@ -65,6 +65,17 @@ typedef struct h_fwd_out {
    (1 .. 1000) meets several d (1 .. 256), windows (0, 1, 3, block, 100, > L) and layouts. */
 extern const h_fwd_case h_shapes[];
 extern const size_t h_nshapes;
+
+/* A value planted by h_run_forward and h_run_backward in input `tensor` (0..5 = QU..VC as
+   CASTLE_TENSOR_*, 6 = dO) at token `row` of every batch entry, head and column, in what the device
+   sees and in the references' inputs; tensor < 0 (the initial value): none.  For the causality
+   tests (a NaN or Inf at token r). */
+typedef struct h_poison {
+    int tensor;
+    size_t row;
+    float value;
+} h_poison;
+extern h_poison h_poisoned;
 
 /* Which fp64 reference the backward is compared with. */
 typedef enum h_grad_ref {

@@ -92,6 +92,86 @@ START_TEST(test_long)
 }
 END_TEST
 
+/* Large magnitudes (issue 9): inputs uniform in +-mag, dO in +-1.  Scores reach ~mag^2 and the
+   softmax becomes one-hot; the backward must recompute P exactly as the forward normalised it, so
+   its error against the fp64 reference stays within BACKWARD_MAG_RATIO of a plain float32
+   evaluation of the same gradients (or within BACKWARD_TOL), for every gradient. */
+static const double mags[] = {1, 100, 1e3, 1e4};
+START_TEST(test_magnitudes)
+{
+    const h_fwd_case c = {1, 1, 70, 24, _i / 4 ? 5 : 0, H_BHLD, mags[_i % 4], 0, 909};
+    h_fwd_out dev, f32;
+    ck_assert(h_run_backward(h_context(), h_queue(), &c, H_GRAD_EXACT, false, &dev) == CASTLE_SUCCESS);
+    ck_assert(h_run_backward(h_context(), h_queue(), &c, H_GRAD_FAST_F32, false, &f32) == CASTLE_SUCCESS);
+    ck_assert(dev.guards_ok);
+    for (int k = 0; k < 6; ++k) {
+        const double tol = fmax(BACKWARD_TOL, BACKWARD_MAG_RATIO * f32.err_grad[k]);
+        if (getenv("CASTLE_TEST_VERBOSE"))
+            fprintf(stderr, "mag=%g W=%ld %s: device %.3g, float32 evaluation %.3g\n", c.mag, c.W, grad_names[k],
+                    dev.err_grad[k], f32.err_grad[k]);
+        ck_assert_msg(dev.err_grad[k] <= tol, "mag=%g W=%ld: %s error %.3g > %.3g (float32 evaluation: %.3g)", c.mag,
+                      c.W, grad_names[k], dev.err_grad[k], tol, f32.err_grad[k]);
+    }
+}
+END_TEST
+
+/* Causality in floating point (issue 9): a NaN or Inf at token r of one input leaves bitwise
+   unchanged every gradient row that cannot depend on it.  The gradient row q of any input sums terms
+   of the rows t >= q only (docs/algorithm.md section 1: O_t depends on tokens <= t), and:
+   - QC and dO at row r enter only row-r quantities (Delta_r, P, dA, dSU, dY of row r): every
+     gradient row q > r is unchanged, and dQC at every row q != r (dQC_q is made of row q's terms);
+   - KC, VC and QU at row r turn O_t (t >= r) non-finite, hence Delta_t and row t of dA and dSU,
+     and every gradient that sums over t >= r; dQC_q for q < r is made of rows <= q only.
+   (KU and VU at row r also enter the final D_j of the forward; the backward rolls D_j back by
+   subtraction (docs/algorithm.md section 4), which cannot remove a non-finite value, so nothing is claimed for
+   them here.)  The masked terms of every product (keys s > t, lookahead tokens j' > t, gates
+   outside s < j' <= s + W, rows beyond L) must contribute exactly nothing whatever they hold.
+   r = 5 and 40 sit inside a block (default block 32), 64 on a block edge, 99 in the ragged last one. */
+static const size_t poison_rows[] = {5, 40, 64, 99};
+#define NPOISON_ROWS ((int)(sizeof poison_rows / sizeof poison_rows[0]))
+
+/* Rows [r0, r1) of every (batch, head) slice of the logical (B*H, L, d) gradients are bitwise equal. */
+static bool same_rows(const float *a, const float *b, size_t BH, size_t L, size_t d, size_t r0, size_t r1)
+{
+    for (size_t bh = 0; bh < BH; ++bh)
+        if (r1 > r0 && memcmp(a + (bh * L + r0) * d, b + (bh * L + r0) * d, (r1 - r0) * d * sizeof(float)))
+            return false;
+    return true;
+}
+
+START_TEST(test_causality)
+{
+    const h_fwd_case c = {2, 2, 100, 33, _i / NPOISON_ROWS ? 7 : 0, H_BHLD, 1, 0, 515};
+    const size_t r = poison_rows[_i % NPOISON_ROWS], BH = c.B * c.H, L = c.L, d = c.d;
+    /* VC is not among them yet: the forward's P VC product still reads the masked VC rows of a
+       diagonal block (a NaN at row r changes the forward's O rows before r). */
+    static const int tensors[] = {CASTLE_TENSOR_QC, 6 /* dO */, CASTLE_TENSOR_KC, CASTLE_TENSOR_QU};
+    static const float values[] = {NAN, INFINITY, -INFINITY};
+    h_fwd_out clean, out;
+    ck_assert(h_run_backward(h_context(), h_queue(), &c, H_GRAD_NONE, true, &clean) == CASTLE_SUCCESS);
+    ck_assert(clean.finite);
+    for (int p = 0; p < (int)(sizeof tensors / sizeof tensors[0]); ++p)
+        for (int v = 0; v < 3; ++v) {
+            h_poisoned = (h_poison){tensors[p], r, values[v]};
+            ck_assert(h_run_backward(h_context(), h_queue(), &c, H_GRAD_NONE, true, &out) == CASTLE_SUCCESS);
+            h_poisoned.tensor = -1;
+            ck_assert_msg(same_rows(out.o, clean.o, BH, L, d, 0, r), "W=%ld: %g in input %d at row %zu changed an earlier "
+                          "row of the forward's O", c.W, (double)values[v], tensors[p], r);
+            const bool query_side = p < 2;
+            for (int k = 0; k < 6; ++k) {
+                const bool dqc = k == 3;
+                bool ok = same_rows(out.grad[k], clean.grad[k], BH, L, d, 0, dqc ? r : 0);
+                if (query_side)
+                    ok = ok && same_rows(out.grad[k], clean.grad[k], BH, L, d, r + 1, L);
+                ck_assert_msg(ok, "W=%ld: %g in input %d at row %zu changed %s at a row that cannot depend on it", c.W,
+                              (double)values[v], tensors[p], r, grad_names[k]);
+            }
+            h_fwd_out_free(&out);
+        }
+    h_fwd_out_free(&clean);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("backward");
@@ -105,6 +185,14 @@ int main(void)
     tc = tcase_create("properties");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_deterministic, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("magnitudes");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_magnitudes, 0, 8);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("causality");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_causality, 0, 2 * NPOISON_ROWS);
     suite_add_tcase(s, tc);
     tc = tcase_create("long");
     tcase_set_timeout(tc, 900);

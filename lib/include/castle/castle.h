@@ -236,7 +236,9 @@ CASTLE_API castle_status castle_forward(castle_context *ctx, const castle_attent
    forward's six inputs, o and lse as the forward wrote them, the workspace the forward filled (same
    descriptor, same context tuning) and d_o.  Outputs (overwritten, not accumulated): d_qu .. d_vc,
    laid out by the descriptor's DQU .. DVC layouts; they must not overlap each other or any input.
-   No atomics: the result is bitwise identical from run to run on a device. */
+   No atomics: the result is bitwise identical from run to run on a device.  P is recomputed with the
+   forward's exact rounding, so large inputs (magnitude 1e4) keep float32 accuracy; a NaN or Inf at
+   token r reaches only the gradient rows that depend on it (docs/algorithm.md section 4, "Masks"). */
 CASTLE_API castle_status castle_backward(castle_context *ctx, const castle_attention_desc *desc,
                                          cl_mem qu, cl_mem ku, cl_mem vu, cl_mem qc, cl_mem kc, cl_mem vc,
                                          cl_mem o, cl_mem lse, cl_mem workspace, cl_mem d_o,
