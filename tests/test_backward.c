@@ -92,7 +92,7 @@ START_TEST(test_long)
 }
 END_TEST
 
-/* Large magnitudes (issue 9): inputs uniform in +-mag, dO in +-1.  Scores reach ~mag^2 and the
+/* Large magnitudes: inputs uniform in +-mag, dO in +-1.  Scores reach ~mag^2 and the
    softmax becomes one-hot; the backward must recompute P exactly as the forward normalised it, so
    its error against the fp64 reference stays within BACKWARD_MAG_RATIO of a plain float32
    evaluation of the same gradients (or within BACKWARD_TOL), for every gradient. */
@@ -115,7 +115,7 @@ START_TEST(test_magnitudes)
 }
 END_TEST
 
-/* Causality in floating point (issue 9): a NaN or Inf at token r of one input leaves bitwise
+/* Causality in floating point: a NaN or Inf at token r of one input leaves bitwise
    unchanged every gradient row that cannot depend on it.  The gradient row q of any input sums terms
    of the rows t >= q only (docs/algorithm.md section 1: O_t depends on tokens <= t), and:
    - QC and dO at row r enter only row-r quantities (Delta_r, P, dA, dSU, dY of row r): every
