@@ -6,8 +6,8 @@
  *   QU (R x d)    a ring: token s in row s % R; R = W for CASTLE-SWL (rows older than t - W are never
  *                 read again), R = cap for CASTLE
  * all packed, base (bh * rows) * d.  lens[b] is the sequence's length after its prefill; a decode
- * call's token i of sequence b sits at position t = lens[b] + pos0 (pos0 = tokens decoded since the
- * prefill + i), so sequences of different lengths advance together without a host round trip.
+ * call's token i of sequence b sits at position t = lens[b] + pos0 + i (pos0 = tokens decoded since
+ * the prefill), so sequences of different lengths advance together without a host round trip.
  *
  * Prefill (after the forward pass wrote the prompt's outputs):
  *   castle_cache_prefill_store  copies KC, VC and the QU ring rows, and U from the forward's D
@@ -15,15 +15,17 @@
  *                               has the descriptor's length;
  *   castle_cache_prefill_u      otherwise computes U by a flash-style pass: per row block T_s,
  *                               U[T_s] = sum over key blocks T_j of sigmoid-gated VU[T_j] (no softmax).
- * Decode of one token t (two launches):
- *   castle_cache_decode_attend  work-group (chunk, bh) owns rows [chunk * S, chunk * S + S) of the
- *                               cache: it applies the rank-1 update U[s] += G[s,t] vU_t (rows
- *                               s >= t - W only), appends kC_t, vC_t and U[t] = 0, computes the
- *                               scores a[t,s] and keeps an online softmax over its rows, and writes
- *                               the partial (max m, sum l, acc[d]) of its chunk (split-K decoding);
- *   castle_cache_decode_combine one work-group per bh merges the partials into o_t (and lse_t) and
- *                               writes qU_t into its ring row (after every reader of the row it
- *                               replaces, token t - W, has run).
+ * Decode of n tokens (two launches, whatever n):
+ *   castle_cache_decode_attend  work-group (g, bh) owns rows [g * S, g * S + S) of the cache and of
+ *                               the n appended tokens; CT tokens at a time it computes the gates of
+ *                               its rows, the scores (the block of new tokens is a forward pass with
+ *                               the cached U as D), an online softmax per token, and the update of
+ *                               U; it appends kC, vC, U of the new tokens it owns; it writes the
+ *                               partial (acc[d], m, l) of each token (split-K decoding), or the
+ *                               outputs when it is the only work-group of its sequence;
+ *   castle_cache_decode_combine work-group (i, bh) merges token i's partials into o and lse and
+ *                               writes qU of the last R tokens into the ring (after every reader of
+ *                               the rows they replace has run).
  * Every row of U, KC, VC is written by exactly one work-group per launch: no atomics. */
 
 #if (NT % BLK) != 0 || ((BLK * BLK) % NT) != 0 || ((BLK * DT) % NT) != 0 || NT < BLK
@@ -33,20 +35,6 @@
 #ifndef MAXD
 #define MAXD 256 /* CASTLE_MAX_HEAD_DIM */
 #endif
-/* Decode: a work-group of DNT work-items is TEAMS teams of DLN lanes; a team handles one cache row
-   at a time.  On SIMD (CPU) tunings, VW > 1 (common.cl), a work-item is an iteration of a loop: each
-   takes whole rows, float4 at a time.  Otherwise (GPUs) work-groups of 128 or more give a row 8 or
-   16 lanes, adjacent lanes on adjacent floats.  The host reads DNT back from the compiled kernel.
-   Local memory stays below 24 KiB. */
-#if VW > 1
-#define DNT (NT > 64 ? 64 : NT)
-#define DLN 1
-#else
-#define DNT (NT > 256 ? 256 : NT)
-#define DLN (DNT >= 128 ? DNT / 16 : 1)
-#endif
-#define TEAMS (DNT / DLN)
-
 /* ---- prefill --------------------------------------------------------------------------------- */
 
 /* Work-item (e, bh) copies element (s = e / d, c = e % d) of the prompt into the cache when
@@ -156,6 +144,20 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
     }
 }
 
+/* Decode: a work-group of DNT work-items is TEAMS teams of DLN lanes; a team handles one cache row
+   at a time.  On SIMD (CPU) tunings, VW > 1 (common.cl), a work-item is an iteration of a loop: each
+   takes whole rows, float4 at a time.  Otherwise (GPUs) work-groups of 128 or more give a row 8 or
+   16 lanes, adjacent lanes on adjacent floats.  The host reads DNT back from the compiled kernel.
+   Local memory stays below 24 KiB. */
+#if VW > 1
+#define DNT (NT > 64 ? 64 : NT)
+#define DLN 1
+#else
+#define DNT (NT > 256 ? 256 : NT)
+#define DLN (DNT >= 128 ? DNT / 16 : 1)
+#endif
+#define TEAMS (DNT / DLN)
+
 /* ---- decode ---------------------------------------------------------------------------------- */
 
 /* A lane's columns: quads q = lane + DLN i (float4; adjacent lanes on adjacent quads) below d / 4,
@@ -186,222 +188,243 @@ inline float lane_dot(__global const float *a, __local const float *b, int lane,
     return s;
 }
 
-/* Work-group (chunk, bh) for the token in input row `row` at position t = lens[b] + pos0: rows
-   s in [chunk * S, min(chunk * S + S, t + 1)) of the cache, TEAMS rows per pass (team j: row
-   pass start + j), merged at the end through local memory.  part: (BH x nchunks x (d + 2)) floats,
-   the chunk's acc[0..d) then m, l. */
+/* Work-group (g, bh) owns rows [g S, g S + S) of sequence bh, cached or appended by the call, and
+   takes the call's tokens i = 0 .. n-1 (position t = lens[b] + pos0 + i) one after the other: rows
+   s in [g S, min(g S + S, t + 1)), TEAMS rows per pass (team j: row pass start + j), merged at the
+   end through local memory.  Token t's updates of U (and the rows it appends) are in place before
+   token t + 1 reads them, so the tokens of one call behave as the same tokens decoded one per call.
+   part: (BH x n x ngroups x (d + 2)) floats, the group's acc[0..d) then m, l for each token; with
+   one group per sequence (ngroups = 1) the work-group writes o and lse itself. */
 __kernel __attribute__((reqd_work_group_size(DNT, 1, 1)))
-void castle_cache_decode_attend(const int pos0, const int row, const int S, const int nchunks, const int d,
-                                const int H, const int W, const int R, const int cap, const float sc,
-                                __global const int *lens,
+void castle_cache_decode_attend(const int pos0, const int n, const int S, const int d, const int H, const int W,
+                                const int R, const int cap, const float sc, __global const int *lens,
+                                __global const float *qu, const ulong4 squ,
                                 __global const float *ku, const ulong4 sku,
                                 __global const float *vu, const ulong4 svu,
                                 __global const float *qc, const ulong4 sqc,
                                 __global const float *kc, const ulong4 skc,
                                 __global const float *vc, const ulong4 svc,
                                 __global float *cu, __global const float *cqu, __global float *ckc,
-                                __global float *cvc, __global float *part)
+                                __global float *cvc, __global float *part,
+                                __global float *o, const ulong4 so, __global float *lse, const ulong4 slse,
+                                const int want_lse)
 {
     __local float lq[MAXD], lk[MAXD], lv[MAXD]; /* qC_t, kU_t, vU_t */
     __local float rg[DNT], rx[DNT], rk[DNT];    /* per-lane partial dot products */
     __local float tm[TEAMS], tl[TEAMS], tacc[TEAMS * MB];
     const int lid = get_local_id(0), lane = lid % DLN, team = lid / DLN;
-    const int chunk = get_group_id(0), bh = get_group_id(1);
+    const int chunk = get_group_id(0), bh = get_group_id(1), ngroups = get_num_groups(0);
     const uint b = bh / H, h = bh % H;
-    const int t = lens[b] + pos0;
+    const int P = lens[b] + pos0; /* the sequence's length before the call */
     const int s0 = chunk * S;
-    if (s0 > t) /* uniform over the work-group */
-        return;
-    const int s1 = min(s0 + S, t + 1);
     const int nq = d >> 2;
-    __global const float *in_kc = kc + tensor_offset(skc, b, h, row);
-    __global const float *in_vc = vc + tensor_offset(svc, b, h, row);
-    {
-        __global const float *in_qc = qc + tensor_offset(sqc, b, h, row);
-        __global const float *in_ku = ku + tensor_offset(sku, b, h, row);
-        __global const float *in_vu = vu + tensor_offset(svu, b, h, row);
-        for (int c = lid; c < d; c += DNT) {
-            lq[c] = in_qc[c];
-            lk[c] = in_ku[c];
-            lv[c] = in_vu[c];
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
     __global float *U = cu + (ulong)bh * cap * d;
     __global float *KC = ckc + (ulong)bh * cap * d;
     __global float *VC = cvc + (ulong)bh * cap * d;
     __global const float *QU = cqu + (ulong)bh * R * d;
-    const int wlo = W > 0 ? max(0, t - W) : 0; /* rows [wlo, t) take the rank-1 update */
+    __global const float *in_qu = qu + tensor_offset(squ, b, h, 0); /* qU of rows >= P (not in the ring yet) */
+    /* the tokens t >= s0 (the earlier ones see none of this group's rows); uniform bounds */
+    for (int row = max(0, s0 - P); row < n; ++row) {
+        const int t = P + row;
+        const int s1 = min(s0 + S, t + 1);
+        __global const float *in_kc = kc + tensor_offset(skc, b, h, row);
+        __global const float *in_vc = vc + tensor_offset(svc, b, h, row);
+        {
+            __global const float *in_qc = qc + tensor_offset(sqc, b, h, row);
+            __global const float *in_ku = ku + tensor_offset(sku, b, h, row);
+            __global const float *in_vu = vu + tensor_offset(svu, b, h, row);
+            for (int c = lid; c < d; c += DNT) {
+                lq[c] = in_qc[c];
+                lk[c] = in_ku[c];
+                lv[c] = in_vu[c];
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int wlo = W > 0 ? max(0, t - W) : 0; /* rows [wlo, t) take the rank-1 update */
 
-    float m = -INFINITY, l = 0.0f;
-    float4 acc4[ACCQ];
-    float acct[ACCT];
-    for (int i = 0; i < ACCQ; ++i)
-        acc4[i] = (float4)(0.0f);
-    for (int i = 0; i < ACCT; ++i)
-        acct[i] = 0.0f;
-    for (int sb = s0; sb < s1; sb += TEAMS) {
-        const int s = sb + team;
-        const bool valid = s < s1;
-        const bool upd = valid && s >= wlo && s < t;
-        /* G[s,t] = sigmoid(sc qU_s . kU_t).  (The barrier is unconditional: some compilers
-           mishandle barriers under a condition inside a loop, even a uniform one.) */
-        rg[lid] = upd ? lane_dot(QU + (ulong)(s % R) * d, lk, lane, d) : 0.0f;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        float g = 0.0f;
-        for (int i = 0; i < DLN; ++i)
-            g += rg[team * DLN + i];
-        const float gate = upd ? castle_sigmoid(sc * g) : 0.0f;
-        float px = 0.0f, pk = 0.0f; /* qC_t . u_s and qC_t . kC_s, this lane's columns */
-        if (valid && s == t) {      /* the new token: u_t = 0, append kC_t and vC_t */
-            __global float *urow = U + (ulong)s * d, *krow = KC + (ulong)s * d, *vrow = VC + (ulong)s * d;
-            for (int c = lane; c < d; c += DLN) {
-                urow[c] = 0.0f;
-                krow[c] = in_kc[c];
-                vrow[c] = in_vc[c];
-            }
-            pk = lane_dot(in_kc, lq, lane, d);
-        } else if (valid) {
-            __global float *urow = U + (ulong)s * d;
-            __global const float *krow = KC + (ulong)s * d;
-            float4 x4 = (float4)(0.0f), k4 = (float4)(0.0f);
-            for (int i = 0; i < ACCQ; ++i) {
-                const int q = lane + DLN * i;
-                if (q >= nq)
-                    break;
-                float4 u = vload4(q, urow);
-                const float4 qq = vload4(q, lq);
-                if (upd) {
-                    u += gate * vload4(q, lv);
-                    vstore4(u, q, urow);
+        float m = -INFINITY, l = 0.0f;
+        float4 acc4[ACCQ];
+        float acct[ACCT];
+        for (int i = 0; i < ACCQ; ++i)
+            acc4[i] = (float4)(0.0f);
+        for (int i = 0; i < ACCT; ++i)
+            acct[i] = 0.0f;
+        for (int sb = s0; sb < s1; sb += TEAMS) {
+            const int s = sb + team;
+            const bool valid = s < s1;
+            const bool upd = valid && s >= wlo && s < t;
+            /* G[s,t] = sigmoid(sc qU_s . kU_t).  (The barrier is unconditional: some compilers
+               mishandle barriers under a condition inside a loop, even a uniform one.) */
+            __global const float *qrow = s < P ? QU + (ulong)(s % R) * d : in_qu + (ulong)(s - P) * squ.z;
+            rg[lid] = upd ? lane_dot(qrow, lk, lane, d) : 0.0f;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            float g = 0.0f;
+            for (int i = 0; i < DLN; ++i)
+                g += rg[team * DLN + i];
+            const float gate = upd ? castle_sigmoid(sc * g) : 0.0f;
+            float px = 0.0f, pk = 0.0f; /* qC_t . u_s and qC_t . kC_s, this lane's columns */
+            if (valid && s == t) {      /* the new token: u_t = 0, append kC_t and vC_t */
+                __global float *urow = U + (ulong)s * d, *krow = KC + (ulong)s * d, *vrow = VC + (ulong)s * d;
+                for (int c = lane; c < d; c += DLN) {
+                    urow[c] = 0.0f;
+                    krow[c] = in_kc[c];
+                    vrow[c] = in_vc[c];
                 }
-                x4 += qq * u;
-                k4 += qq * vload4(q, krow);
-            }
-            px = (x4.x + x4.y) + (x4.z + x4.w);
-            pk = (k4.x + k4.y) + (k4.z + k4.w);
-            for (int i = 0; i < ACCT; ++i) {
-                const int c = 4 * nq + lane + DLN * i;
-                if (c >= d)
-                    break;
-                float u = urow[c];
-                if (upd) {
-                    u += gate * lv[c];
-                    urow[c] = u;
+                pk = lane_dot(in_kc, lq, lane, d);
+            } else if (valid) {
+                __global float *urow = U + (ulong)s * d;
+                __global const float *krow = KC + (ulong)s * d;
+                float4 x4 = (float4)(0.0f), k4 = (float4)(0.0f);
+                for (int i = 0; i < ACCQ; ++i) {
+                    const int q = lane + DLN * i;
+                    if (q >= nq)
+                        break;
+                    float4 u = vload4(q, urow);
+                    const float4 qq = vload4(q, lq);
+                    if (upd) {
+                        u += gate * vload4(q, lv);
+                        vstore4(u, q, urow);
+                    }
+                    x4 += qq * u;
+                    k4 += qq * vload4(q, krow);
                 }
-                px += lq[c] * u;
-                pk += lq[c] * krow[c];
+                px = (x4.x + x4.y) + (x4.z + x4.w);
+                pk = (k4.x + k4.y) + (k4.z + k4.w);
+                for (int i = 0; i < ACCT; ++i) {
+                    const int c = 4 * nq + lane + DLN * i;
+                    if (c >= d)
+                        break;
+                    float u = urow[c];
+                    if (upd) {
+                        u += gate * lv[c];
+                        urow[c] = u;
+                    }
+                    px += lq[c] * u;
+                    pk += lq[c] * krow[c];
+                }
+            }
+            /* Two barriers per pass: each separates one buffer's writes from its reads, and the other
+               barrier separates those reads from the next pass's writes. */
+            rx[lid] = px;
+            rk[lid] = pk;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (valid) { /* the team's online softmax */
+                float x = 0.0f, k = 0.0f;
+                for (int i = 0; i < DLN; ++i) {
+                    x += rx[team * DLN + i];
+                    k += rk[team * DLN + i];
+                }
+                const float a = sc * k - castle_silu(sc * x);
+                const float mn = fmax(m, a);
+                const float alpha = exp(m - mn); /* 0 while m = -inf */
+                const float p = exp(a - mn);
+                l = l * alpha + p;
+                __global const float *vrow = (s == t) ? in_vc : VC + (ulong)s * d;
+                for (int i = 0; i < ACCQ; ++i) {
+                    const int q = lane + DLN * i;
+                    if (q >= nq)
+                        break;
+                    acc4[i] = acc4[i] * alpha + p * vload4(q, vrow);
+                }
+                for (int i = 0; i < ACCT; ++i) {
+                    const int c = 4 * nq + lane + DLN * i;
+                    if (c >= d)
+                        break;
+                    acct[i] = acct[i] * alpha + p * vrow[c];
+                }
+                m = mn;
             }
         }
-        /* Two barriers per pass: each separates one buffer's writes from its reads, and the other
-           barrier separates those reads from the next pass's writes. */
-        rx[lid] = px;
-        rk[lid] = pk;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (valid) { /* the team's online softmax */
-            float x = 0.0f, k = 0.0f;
-            for (int i = 0; i < DLN; ++i) {
-                x += rx[team * DLN + i];
-                k += rk[team * DLN + i];
-            }
-            const float a = sc * k - castle_silu(sc * x);
-            const float mn = fmax(m, a);
-            const float alpha = exp(m - mn); /* 0 while m = -inf */
-            const float p = exp(a - mn);
-            l = l * alpha + p;
-            __global const float *vrow = (s == t) ? in_vc : VC + (ulong)s * d;
-            for (int i = 0; i < ACCQ; ++i) {
-                const int q = lane + DLN * i;
-                if (q >= nq)
-                    break;
-                acc4[i] = acc4[i] * alpha + p * vload4(q, vrow);
-            }
-            for (int i = 0; i < ACCT; ++i) {
-                const int c = 4 * nq + lane + DLN * i;
-                if (c >= d)
-                    break;
-                acct[i] = acct[i] * alpha + p * vrow[c];
-            }
-            m = mn;
-        }
-    }
 
-    /* Merge the teams, MB columns at a time: acc = sum_j acc_j exp(m_j - max m). */
-    if (lane == 0) {
-        tm[team] = m;
-        tl[team] = l;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float mx = -INFINITY;
-    for (int i = 0; i < TEAMS; ++i)
-        mx = fmax(mx, tm[i]);
-    const float scale = exp(m - mx); /* 0 for a team that saw no row */
-    __global float *pp = part + ((ulong)bh * nchunks + chunk) * (d + 2);
-    for (int cb = 0; cb < d; cb += MB) {
-        for (int i = 0; i < ACCQ; ++i) {
-            const int q = lane + DLN * i, c = 4 * q;
-            if (q >= nq)
-                break;
-            if (c >= cb && c < cb + MB) /* MB is a multiple of 4: quads never straddle blocks */
-                vstore4(acc4[i] * scale, 0, tacc + team * MB + (c - cb));
-        }
-        for (int i = 0; i < ACCT; ++i) {
-            const int c = 4 * nq + lane + DLN * i;
-            if (c >= d)
-                break;
-            if (c >= cb && c < cb + MB)
-                tacc[team * MB + (c - cb)] = acct[i] * scale;
+        /* Merge the teams, MB columns at a time: acc = sum_j acc_j exp(m_j - max m). */
+        if (lane == 0) {
+            tm[team] = m;
+            tl[team] = l;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int c = cb + lid; c < min(cb + MB, d); c += DNT) {
-            float a = 0.0f;
-            for (int i = 0; i < TEAMS; ++i)
-                a += tacc[i * MB + (c - cb)];
-            pp[c] = a;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid == 0) {
+        float mx = -INFINITY;
+        for (int i = 0; i < TEAMS; ++i)
+            mx = fmax(mx, tm[i]);
+        const float scale = exp(m - mx); /* 0 for a team that saw no row */
         float sum = 0.0f;
         for (int i = 0; i < TEAMS; ++i)
             sum += tl[i] * exp(tm[i] - mx);
-        pp[d] = mx;
-        pp[d + 1] = sum;
+        const bool direct = ngroups == 1;
+        __global float *pp = direct ? o + tensor_offset(so, b, h, row)
+                                    : part + (((ulong)bh * n + row) * ngroups + chunk) * (d + 2);
+        for (int cb = 0; cb < d; cb += MB) {
+            for (int i = 0; i < ACCQ; ++i) {
+                const int q = lane + DLN * i, c = 4 * q;
+                if (q >= nq)
+                    break;
+                if (c >= cb && c < cb + MB) /* MB is a multiple of 4: quads never straddle blocks */
+                    vstore4(acc4[i] * scale, 0, tacc + team * MB + (c - cb));
+            }
+            for (int i = 0; i < ACCT; ++i) {
+                const int c = 4 * nq + lane + DLN * i;
+                if (c >= d)
+                    break;
+                if (c >= cb && c < cb + MB)
+                    tacc[team * MB + (c - cb)] = acct[i] * scale;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int c = cb + lid; c < min(cb + MB, d); c += DNT) {
+                float a = 0.0f;
+                for (int i = 0; i < TEAMS; ++i)
+                    a += tacc[i * MB + (c - cb)];
+                pp[c] = direct ? a / sum : a;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        if (lid == 0 && direct && want_lse)
+            lse[tensor_offset(slse, b, h, row)] = mx + log(sum);
+        if (lid == 0 && !direct) {
+            pp[d] = mx;
+            pp[d + 1] = sum;
+        }
+        /* global too: the next token reads the rows of U, KC, VC this one wrote (other work-items' columns) */
+        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     }
 }
 
-/* Work-group bh: o_t (and lse_t when want_lse) from the partials of chunks 0 .. t / S, then qU_t
-   into ring row t % R. */
+/* Work-group (i, bh), token t = lens[b] + pos0 + i: o_t (and lse_t when want_lse) from the partials
+   of the groups that saw it (g <= t / S; none when ngroups = 1: the attend kernel wrote o and lse),
+   then qU_t into ring row t % R when t is among the call's last R tokens (after every reader of the
+   row it replaces, token t - R, has run). */
 __kernel __attribute__((reqd_work_group_size(DNT, 1, 1)))
-void castle_cache_decode_combine(const int pos0, const int row, const int S, const int nchunks, const int d,
+void castle_cache_decode_combine(const int pos0, const int n, const int S, const int ngroups, const int d,
                                  const int H, const int R, __global const int *lens,
                                  __global const float *qu, const ulong4 squ, __global float *cqu,
                                  __global const float *part,
                                  __global float *o, const ulong4 so,
                                  __global float *lse, const ulong4 slse, const int want_lse)
 {
-    const int lid = get_local_id(0), bh = get_group_id(0);
+    const int lid = get_local_id(0), row = get_group_id(0), bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;
-    const int t = lens[b] + pos0;
-    const int nch = t / S + 1;
-    __global const float *pp = part + (ulong)bh * nchunks * (d + 2);
-    float mx = -INFINITY;
-    for (int g = 0; g < nch; ++g)
-        mx = fmax(mx, pp[g * (d + 2) + d]);
-    float sum = 0.0f;
-    for (int g = 0; g < nch; ++g)
-        sum += pp[g * (d + 2) + d + 1] * exp(pp[g * (d + 2) + d] - mx);
-    __global float *po = o + tensor_offset(so, b, h, row);
-    for (int c = lid; c < d; c += DNT) {
-        float a = 0.0f;
+    const int t = lens[b] + pos0 + row;
+    if (ngroups > 1) {
+        const int nch = t / S + 1;
+        __global const float *pp = part + ((ulong)bh * n + row) * ngroups * (d + 2);
+        float mx = -INFINITY;
         for (int g = 0; g < nch; ++g)
-            a += pp[g * (d + 2) + c] * exp(pp[g * (d + 2) + d] - mx);
-        po[c] = a / sum;
+            mx = fmax(mx, pp[g * (d + 2) + d]);
+        float sum = 0.0f;
+        for (int g = 0; g < nch; ++g)
+            sum += pp[g * (d + 2) + d + 1] * exp(pp[g * (d + 2) + d] - mx);
+        __global float *po = o + tensor_offset(so, b, h, row);
+        for (int c = lid; c < d; c += DNT) {
+            float a = 0.0f;
+            for (int g = 0; g < nch; ++g)
+                a += pp[g * (d + 2) + c] * exp(pp[g * (d + 2) + d] - mx);
+            po[c] = a / sum;
+        }
+        if (want_lse && lid == 0)
+            lse[tensor_offset(slse, b, h, row)] = mx + log(sum);
     }
-    if (want_lse && lid == 0)
-        lse[tensor_offset(slse, b, h, row)] = mx + log(sum);
-    __global const float *in_qu = qu + tensor_offset(squ, b, h, row);
-    __global float *qrow = cqu + ((ulong)bh * R + t % R) * d;
-    for (int c = lid; c < d; c += DNT)
-        qrow[c] = in_qu[c];
+    if (row + R >= n) {
+        __global const float *in_qu = qu + tensor_offset(squ, b, h, row);
+        __global float *qrow = cqu + ((ulong)bh * R + t % R) * d;
+        for (int c = lid; c < d; c += DNT)
+            qrow[c] = in_qu[c];
+    }
 }

@@ -5,8 +5,8 @@
  * one copy kernel moves KC, VC, the QU ring rows and (when every sequence has the descriptor's
  * length) U into the cache.  Sequences shorter than the descriptor get U from one flash-style
  * gated pass instead (cl/cache.cl castle_cache_prefill_u), since their D would see the padding rows.
- * Decode: two launches per token, no host round trip and no allocation: positions come from the
- * device copy of the prompt lengths plus a counter passed as a kernel argument.
+ * Decode: two launches for any number of tokens, no host round trip and no allocation: positions
+ * come from the device copy of the prompt lengths plus a counter passed as a kernel argument.
  * Commands are ordered by the queue when it is in order, by events between them otherwise. */
 #include "cache.h"
 #include "schedule.h"
@@ -96,6 +96,14 @@ void castle__cache_reset(castle_cache *c)
     memset(c->prompt, 0, c->B * sizeof(size_t));
     c->decoded = 0;
     c->lens_valid = false; /* the next call rewrites the device lengths */
+}
+
+size_t castle__cache_longest(const castle_cache *c)
+{
+    size_t longest = 0;
+    for (size_t b = 0; b < c->B; ++b)
+        longest = c->prompt[b] > longest ? c->prompt[b] : longest;
+    return longest + c->decoded;
 }
 
 /* ---- prefill ------------------------------------------------------------------------------------ */
@@ -232,7 +240,7 @@ done:
 
 /* ---- decode ------------------------------------------------------------------------------------- */
 
-castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, const castle_problem *p,
+castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, const castle_problem *p, size_t longest,
                                       const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
                                       const cl_event *wait, cl_event *event)
 {
@@ -261,28 +269,31 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
         if ((st = castle__chain_done(&ch, false, err, ev, "clEnqueueFillBuffer")))
             return castle__chain_end(&ch), st;
     }
-    size_t longest = 0;
-    for (size_t b = 0; b < c->B; ++b)
-        longest = c->prompt[b] > longest ? c->prompt[b] : longest;
-    longest += c->decoded; /* the longest sequence before this call */
 
-    const cl_int d = (cl_int)c->d, H = (cl_int)c->H, W = c->W, R = c->R, cap = (cl_int)c->cap;
-    const cl_int nchunks = (cl_int)c->nchunks, want_lse = lse != NULL;
-    const cl_float sc = c->scale;
-    const size_t bh = c->B * c->H, dnt = wg[0];
-    /* Split-K: about four work-groups per compute unit over all heads, each >= MIN_CHUNK rows. */
+    /* Work-groups per sequence: about four per compute unit over all heads, each over at least
+       MIN_CHUNK rows, and at most as many as the partials buffer holds for n tokens (nchunks
+       partials per batch entry and head); with one, the attend kernel writes the outputs itself. */
+    const size_t n = p->L, bh = c->B * c->H, dnt = wg[0], rows = longest + n;
     const size_t target = 4 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
-    const size_t per_bh = (target + bh - 1) / bh;
+    size_t groups = (target + bh - 1) / bh;
+    const size_t by_rows = (rows + MIN_CHUNK - 1) / MIN_CHUNK, by_part = c->nchunks / n;
+    groups = groups < by_rows ? groups : by_rows;
+    groups = groups < by_part ? groups : by_part;
+    groups = groups ? groups : 1;
+    const size_t S = (rows + groups - 1) / groups;
+    groups = (rows + S - 1) / S;
+
+    /* n, S, the counts and positions fit an int: rows <= cap (castle_decode checked the capacity). */
+    const cl_int pos0 = (cl_int)c->decoded, nn = (cl_int)n, Sarg = (cl_int)S, ng = (cl_int)groups;
+    const cl_int d = (cl_int)c->d, H = (cl_int)c->H, W = c->W, R = c->R, cap = (cl_int)c->cap;
+    const cl_int want_lse = lse != NULL;
+    const cl_float sc = c->scale;
     cl_mem lse_arg = lse ? lse : o; /* never written when want_lse = 0 */
     castle_args aa = {.n = 0}, ac = {.n = 0};
 #define ARG(list, v) CASTLE_ARG(&list, v)
-    /* Arguments 0..2 (position, row, chunk) are set per token; the others stay for the call. */
-    const cl_int zero = 0;
-    for (int i = 0; i < 3; ++i) {
-        ARG(aa, zero);
-        ARG(ac, zero);
-    }
-    ARG(aa, nchunks);
+    ARG(aa, pos0);
+    ARG(aa, nn);
+    ARG(aa, Sarg);
     ARG(aa, d);
     ARG(aa, H);
     ARG(aa, W);
@@ -290,7 +301,7 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
     ARG(aa, cap);
     ARG(aa, sc);
     ARG(aa, c->lens);
-    for (int t = CASTLE_TENSOR_KU; t <= CASTLE_TENSOR_VC; ++t) {
+    for (int t = CASTLE_TENSOR_QU; t <= CASTLE_TENSOR_VC; ++t) {
         ARG(aa, in[t]);
         ARG(aa, p->strides[t]);
     }
@@ -299,7 +310,15 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
     ARG(aa, c->kc);
     ARG(aa, c->vc);
     ARG(aa, c->part);
-    ARG(ac, nchunks);
+    ARG(aa, o);
+    ARG(aa, p->strides[CASTLE_TENSOR_O]);
+    ARG(aa, lse_arg);
+    ARG(aa, p->strides[CASTLE_TENSOR_LSE]);
+    ARG(aa, want_lse);
+    ARG(ac, pos0);
+    ARG(ac, nn);
+    ARG(ac, Sarg);
+    ARG(ac, ng);
     ARG(ac, d);
     ARG(ac, H);
     ARG(ac, R);
@@ -313,28 +332,13 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
     ARG(ac, lse_arg);
     ARG(ac, p->strides[CASTLE_TENSOR_LSE]);
     ARG(ac, want_lse);
-
-    for (size_t i = 0; i < p->L; ++i) {
-        const cl_int pos0 = (cl_int)(c->decoded + i), row = (cl_int)i;
-        const size_t rows = longest + i + 1; /* rows the longest sequence attends to */
-        size_t S = (rows + per_bh - 1) / per_bh;
-        S = (S + MIN_CHUNK - 1) / MIN_CHUNK * MIN_CHUNK;
-        const cl_int Sarg = (cl_int)S;
-        const size_t groups = (rows + S - 1) / S; /* <= nchunks: rows <= cap, S >= MIN_CHUNK */
-        const cl_int per_token[3] = {pos0, row, Sarg};
-        for (cl_uint k = 0; k < 3; ++k) {
-            castle__args_set(&aa, k, sizeof(cl_int), &per_token[k]);
-            castle__args_set(&ac, k, sizeof(cl_int), &per_token[k]);
-        }
-        const size_t ga[2] = {groups * dnt, bh}, la[2] = {dnt, 1};
-        const size_t gc[2] = {bh * dnt, 1};
-        if ((st = castle__launch(&ch, false, ctx, ka, "castle_cache_decode_attend", &aa, ga, la)) ||
-            (st = castle__launch(&ch, i + 1 == p->L, ctx, kc, "castle_cache_decode_combine", &ac, gc, la)))
-            return castle__chain_end(&ch), st;
-    }
 #undef ARG
+    const size_t ga[2] = {groups * dnt, bh}, gc[2] = {n * dnt, bh}, la[2] = {dnt, 1};
+    if ((st = castle__launch(&ch, false, ctx, ka, "castle_cache_decode_attend", &aa, ga, la)) ||
+        (st = castle__launch(&ch, true, ctx, kc, "castle_cache_decode_combine", &ac, gc, la)))
+        return castle__chain_end(&ch), st;
     castle__chain_end(&ch);
-    c->decoded += p->L;
+    c->decoded += n;
     c->lens_valid = true;
     return CASTLE_SUCCESS;
 }

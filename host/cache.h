@@ -24,12 +24,15 @@ struct castle_cache {
 castle_status castle__cache_alloc(castle_context *ctx, const castle_problem *p, long window, castle_cache **out);
 void castle__cache_free(castle_cache *c);
 void castle__cache_reset(castle_cache *c);
+/* Tokens the longest sequence holds (its prompt plus the tokens decoded since). */
+size_t castle__cache_longest(const castle_cache *c);
 
 /* bufs is indexed by castle_tensor (QU .. VC, O, LSE; lse may be NULL).  lengths: B prompt lengths. */
 castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, const castle_problem *p,
                                        const size_t *lengths, const cl_mem bufs[CASTLE_TENSOR_COUNT],
                                        cl_command_queue queue, cl_uint nwait, const cl_event *wait, cl_event *event);
-castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, const castle_problem *p,
+/* longest: the longest sequence in the cache before the call (castle__cache_longest). */
+castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, const castle_problem *p, size_t longest,
                                       const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
                                       const cl_event *wait, cl_event *event);
 

@@ -124,9 +124,7 @@ castle_status castle_prefill(castle_context *ctx, castle_cache *cache, const cas
             break;
         }
     }
-    size_t cached = 0;
-    for (size_t b = 0; b < cache->B; ++b)
-        cached = cache->prompt[b] + cache->decoded > cached ? cache->prompt[b] + cache->decoded : cached;
+    const size_t cached = castle__cache_longest(cache);
     if (st == CASTLE_SUCCESS && cached > 0)
         st = castle__fail(CASTLE_ERR_CACHE_NOT_EMPTY,
                           "castle_prefill: the cache already holds %zu tokens; castle_cache_reset it first (or append "
@@ -152,13 +150,10 @@ castle_status castle_decode(castle_context *ctx, castle_cache *cache, const cast
     castle_status st = check_call(ctx, cache, desc, &p, bufs, queue, num_wait_events, wait_events, "castle_decode");
     if (st != CASTLE_SUCCESS)
         return st;
-    size_t longest = 0;
-    for (size_t b = 0; b < cache->B; ++b)
-        longest = cache->prompt[b] > longest ? cache->prompt[b] : longest;
-    longest += cache->decoded;
+    const size_t longest = castle__cache_longest(cache);
     if (p.L > cache->cap - longest) /* nothing enqueued, the cache stays as it is */
         return castle__fail(CASTLE_ERR_CACHE_FULL,
                             "castle_decode: appending %zu tokens to a sequence of %zu exceeds the cache capacity %zu",
                             p.L, longest, cache->cap);
-    return castle__schedule_decode(ctx, cache, &p, bufs, queue, num_wait_events, wait_events, event);
+    return castle__schedule_decode(ctx, cache, &p, longest, bufs, queue, num_wait_events, wait_events, event);
 }

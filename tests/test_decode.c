@@ -55,6 +55,7 @@ static const dec_case cases[] = {
     {2, 1, 16, 100, {33, 20}, 12, 7, 0, H_BLHD, true, 8}, /* window past the capacity: plain CASTLE */
     {2, 2, 64, 0, {70, 70}, 230, 7, 0, H_BHLD, false, 9},
     {1, 2, 16, 5, {32}, 1, 1, 0, H_PADDED, true, 10},
+    {1, 2, 16, 0, {400}, 9, 3, 0, H_BHLD, true, 11}, /* several work-groups per sequence, chunks of 3 */
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

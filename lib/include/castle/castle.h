@@ -301,9 +301,10 @@ CASTLE_API castle_status castle_prefill(castle_context *ctx, castle_cache *cache
 /* Appends n = desc->seq_len >= 1 tokens to every sequence (their six projections, rows 0..n-1 of
    the inputs) and writes their outputs o (and lse, unless NULL) in rows 0..n-1.  Per token: the
    rank-1 update U[s] += G[s,t] vU_t (rows s >= t - W only for CASTLE-SWL), the append of qU_t, kC_t,
-   vC_t, and the attention over the cache: O(t d) work in two launches (n tokens: 2n, one token
-   after the other), split over the cache rows so that one sequence uses many work-groups; no host
-   round trip, no allocation.  A NaN or Inf in a decoded token's inputs never reaches the outputs of
+   vC_t, and the attention over the cache: O(t d) work per token, all n tokens in two launches (the
+   new tokens' block is a forward pass with the cached U as D, docs/algorithm.md section 5), split
+   over the cache rows so that one sequence uses many work-groups; no host round trip, no
+   allocation.  A NaN or Inf in a decoded token's inputs never reaches the outputs of
    earlier tokens (masked entries are never read into a product).  Would any sequence
    pass the capacity, returns CASTLE_ERR_CACHE_FULL with nothing enqueued and the cache unchanged.
    Works on an empty cache too (a prompt decoded token by token). */
