@@ -173,6 +173,8 @@ void castle__kv_cache_free(castle_kv_cache *c)
     free(c);
 }
 
+void castle__kv_cache_reset(castle_kv_cache *c) { c->len = 0; }
+
 castle_status castle__kv_cache_alloc(castle_context *ctx, const castle_problem *p, castle_kv_cache **out)
 {
     castle_kv_cache *c = calloc(1, sizeof *c);

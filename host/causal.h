@@ -16,6 +16,8 @@ struct castle_kv_cache {
 
 castle_status castle__kv_cache_alloc(castle_context *ctx, const castle_problem *p, castle_kv_cache **out);
 void castle__kv_cache_free(castle_kv_cache *c);
+/* Empties the cache (host side only: the next call writes from row 0). */
+void castle__kv_cache_reset(castle_kv_cache *c);
 /* bufs is indexed by castle_tensor: QC, KC, VC, O, LSE (forward; lse may be NULL in decode), DO,
    DQC, DKC, DVC (backward). */
 castle_status castle__causal_forward(castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],

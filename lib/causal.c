@@ -75,7 +75,7 @@ castle_status castle_kv_cache_reset(castle_kv_cache *cache)
     castle__clear_error();
     if (!cache)
         return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_kv_cache_reset: cache is NULL");
-    cache->len = 0;
+    castle__kv_cache_reset(cache);
     return CASTLE_SUCCESS;
 }
 
