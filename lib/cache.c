@@ -24,27 +24,19 @@ void castle_cache_destroy(castle_cache *cache) { castle__cache_free(cache); }
 
 castle_status castle_cache_reset(castle_cache *cache)
 {
-    castle__clear_error();
-    if (!cache)
-        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_cache_reset: cache is NULL");
-    castle__cache_reset(cache);
-    return CASTLE_SUCCESS;
+    castle_status st = castle__require("castle_cache_reset", cache, "cache", NULL, NULL);
+    if (st == CASTLE_SUCCESS)
+        castle__cache_reset(cache);
+    return st;
 }
 
-castle_status castle_cache_bytes(const castle_cache *cache, size_t *bytes)
-{
-    castle__clear_error();
-    if (!cache || !bytes)
-        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_cache_bytes: %s is NULL", cache ? "bytes" : "cache");
-    *bytes = cache->bytes;
-    return CASTLE_SUCCESS;
-}
+CASTLE_DEFINE_GETTER(castle_cache_bytes, castle_cache, cache, size_t, bytes, cache->bytes)
 
 castle_status castle_cache_lengths(const castle_cache *cache, size_t *lengths)
 {
-    castle__clear_error();
-    if (!cache || !lengths)
-        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_cache_lengths: %s is NULL", cache ? "lengths" : "cache");
+    castle_status st = castle__require("castle_cache_lengths", cache, "cache", lengths, "lengths");
+    if (st != CASTLE_SUCCESS)
+        return st;
     for (size_t b = 0; b < cache->B; ++b)
         lengths[b] = cache->prompt[b] + cache->decoded;
     return CASTLE_SUCCESS;

@@ -72,30 +72,14 @@ void castle_kv_cache_destroy(castle_kv_cache *cache) { castle__kv_cache_free(cac
 
 castle_status castle_kv_cache_reset(castle_kv_cache *cache)
 {
-    castle__clear_error();
-    if (!cache)
-        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_kv_cache_reset: cache is NULL");
-    castle__kv_cache_reset(cache);
-    return CASTLE_SUCCESS;
+    castle_status st = castle__require("castle_kv_cache_reset", cache, "cache", NULL, NULL);
+    if (st == CASTLE_SUCCESS)
+        castle__kv_cache_reset(cache);
+    return st;
 }
 
-castle_status castle_kv_cache_bytes(const castle_kv_cache *cache, size_t *bytes)
-{
-    castle__clear_error();
-    if (!cache || !bytes)
-        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_kv_cache_bytes: %s is NULL", cache ? "bytes" : "cache");
-    *bytes = cache->bytes;
-    return CASTLE_SUCCESS;
-}
-
-castle_status castle_kv_cache_length(const castle_kv_cache *cache, size_t *length)
-{
-    castle__clear_error();
-    if (!cache || !length)
-        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_kv_cache_length: %s is NULL", cache ? "length" : "cache");
-    *length = cache->len;
-    return CASTLE_SUCCESS;
-}
+CASTLE_DEFINE_GETTER(castle_kv_cache_bytes, castle_kv_cache, cache, size_t, bytes, cache->bytes)
+CASTLE_DEFINE_GETTER(castle_kv_cache_length, castle_kv_cache, cache, size_t, length, cache->len)
 
 /* castle_causal_prefill (prefill: the cache must be empty) and castle_causal_decode: the checks, then
    the capacity (nothing is enqueued past it), then host/causal.c.  lse is optional. */

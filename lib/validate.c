@@ -321,3 +321,13 @@ castle_status castle__check_kv_cache_desc(const castle_kv_cache *c, const castle
                             p->B, p->H, p->d, c->B, c->H, c->d);
     return CASTLE_SUCCESS;
 }
+
+castle_status castle__require(const char *fn, const void *a, const char *an, const void *b, const char *bn)
+{
+    castle__clear_error();
+    if (!a)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "%s: %s is NULL", fn, an);
+    if (bn && !b)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "%s: %s is NULL", fn, bn);
+    return CASTLE_SUCCESS;
+}

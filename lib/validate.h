@@ -46,6 +46,20 @@ castle_status castle__check_buffer(const castle_context *ctx, cl_mem buf, size_t
    layout) and the workspace, and that no output shares a buffer with another tensor or the workspace. */
 castle_status castle__check_buffers(const castle_context *ctx, const castle_problem *p,
                                     const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used, cl_mem workspace);
+/* Clears the thread's last error, then checks the caller's pointers: CASTLE_ERR_NULL_POINTER naming
+   the first of a (named an) and b (named bn; bn = NULL: no second pointer) that is NULL, in function fn.
+   The entry check of the small API functions (getters, resets). */
+castle_status castle__require(const char *fn, const void *a, const char *an, const void *b, const char *bn);
+/* Defines the API getter `castle_status fn(const type *obj, out_type *out)` that writes `value` (an
+   expression in obj) to *out after castle__require: one definition for every handle's getters. */
+#define CASTLE_DEFINE_GETTER(fn, type, obj, out_type, out, value)                                          \
+    castle_status fn(const type *obj, out_type *out)                                                         \
+    {                                                                                                        \
+        castle_status st_ = castle__require(#fn, obj, #obj, out, #out);                                      \
+        if (st_ == CASTLE_SUCCESS)                                                                           \
+            *out = (value);                                                                                  \
+        return st_;                                                                                          \
+    }
 /* Checks queue (non-NULL, same context and device) and the wait list. */
 castle_status castle__check_queue(const castle_context *ctx, cl_command_queue queue, cl_uint n, const cl_event *list);
 
