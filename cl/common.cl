@@ -114,27 +114,51 @@ inline vfloat castle_sigmoid_v(vfloat x)
 }
 inline vfloat castle_silu_v(vfloat x) { return x * castle_sigmoid_v(x); }
 
-/* The first n (<= VW) floats at p as a vector, zeros beyond; and the first n lanes of v to p. */
-inline vfloat gload_part(__global const float *p, int n)
-{
-    if (n >= VW)
-        return VLOAD(p);
-    float t[VW];
-    for (int e = 0; e < VW; ++e)
-        t[e] = e < n ? p[e] : 0.0f;
-    return VLOAD(t);
-}
-inline void gstore_part(vfloat v, __global float *p, int n)
-{
-    if (n >= VW) {
-        VSTORE(v, p);
-        return;
+/* The first n (<= w) floats at p as a w-wide vector, zeros beyond (gload_n<w>), and the first n
+   lanes of v to p (gstore_n<w>), for every width w = 1, 2, 4, 8, 16; gload_part and gstore_part
+   are the VW-wide ones.  A partial row never reads or writes past its n floats. */
+#define CASTLE_CAT_(a, b) a##b
+#define CASTLE_CAT(a, b) CASTLE_CAT_(a, b)
+#define CASTLE_LOAD_1(p) (*(p))
+#define CASTLE_STORE_1(v, p) (*(p) = (v))
+#define CASTLE_LOAD_W(w, p) CASTLE_CAT(vload, w)(0, (p))
+#define CASTLE_STORE_W(w, v, p) CASTLE_CAT(vstore, w)((v), 0, (p))
+#define CASTLE_PART_FNS(w, T, LOAD, STORE)                                                                          \
+    inline T gload_n##w(__global const float *p, int n)                                                         \
+    {                                                                                                              \
+        if (n >= w)                                                                                                \
+            return LOAD(p);                                                                                        \
+        float t[w];                                                                                                \
+        for (int e = 0; e < w; ++e)                                                                                \
+            t[e] = e < n ? p[e] : 0.0f;                                                                            \
+        return LOAD(t);                                                                                            \
+    }                                                                                                              \
+    inline void gstore_n##w(T v, __global float *p, int n)                                                      \
+    {                                                                                                              \
+        if (n >= w) {                                                                                              \
+            STORE(v, p);                                                                                           \
+            return;                                                                                                \
+        }                                                                                                          \
+        float t[w];                                                                                                \
+        STORE(v, t);                                                                                               \
+        for (int e = 0; e < n; ++e)                                                                                \
+            p[e] = t[e];                                                                                           \
     }
-    float t[VW];
-    VLANES(v, t);
-    for (int e = 0; e < n; ++e)
-        p[e] = t[e];
-}
+#define CASTLE_LOAD_2(p) CASTLE_LOAD_W(2, p)
+#define CASTLE_LOAD_4(p) CASTLE_LOAD_W(4, p)
+#define CASTLE_LOAD_8(p) CASTLE_LOAD_W(8, p)
+#define CASTLE_LOAD_16(p) CASTLE_LOAD_W(16, p)
+#define CASTLE_STORE_2(v, p) CASTLE_STORE_W(2, v, p)
+#define CASTLE_STORE_4(v, p) CASTLE_STORE_W(4, v, p)
+#define CASTLE_STORE_8(v, p) CASTLE_STORE_W(8, v, p)
+#define CASTLE_STORE_16(v, p) CASTLE_STORE_W(16, v, p)
+CASTLE_PART_FNS(1, float, CASTLE_LOAD_1, CASTLE_STORE_1)
+CASTLE_PART_FNS(2, float2, CASTLE_LOAD_2, CASTLE_STORE_2)
+CASTLE_PART_FNS(4, float4, CASTLE_LOAD_4, CASTLE_STORE_4)
+CASTLE_PART_FNS(8, float8, CASTLE_LOAD_8, CASTLE_STORE_8)
+CASTLE_PART_FNS(16, float16, CASTLE_LOAD_16, CASTLE_STORE_16)
+#define gload_part CASTLE_CAT(gload_n, VW)
+#define gstore_part CASTLE_CAT(gstore_n, VW)
 
 /* sum_{k < n} a[k] b[k], n a multiple of VW, both operands contiguous in local memory. */
 inline float ldot(__local const float *a, __local const float *b, int n)
