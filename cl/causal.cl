@@ -63,8 +63,6 @@
 #define CC_VK 1
 #endif
 
-#define CC_CAT_(a, b) a##b
-#define CC_CAT(a, b) CC_CAT_(a, b)
 #if CC_VK == 1
 typedef float cc_vec;
 typedef int cc_ivec;
@@ -72,10 +70,10 @@ typedef int cc_ivec;
 #define CC_STORE(x, p) (*(p) = (x))
 #define CC_IOTA 0
 #else
-typedef CC_CAT(float, CC_VK) cc_vec;
-typedef CC_CAT(int, CC_VK) cc_ivec;
-#define CC_LOAD(p) CC_CAT(vload, CC_VK)(0, p)
-#define CC_STORE(x, p) CC_CAT(vstore, CC_VK)(x, 0, p)
+typedef CASTLE_CAT(float, CC_VK) cc_vec;
+typedef CASTLE_CAT(int, CC_VK) cc_ivec;
+#define CC_LOAD(p) CASTLE_CAT(vload, CC_VK)(0, p)
+#define CC_STORE(x, p) CASTLE_CAT(vstore, CC_VK)(x, 0, p)
 #if CC_VK == 2
 #define CC_IOTA ((cc_ivec)(0, 1))
 #elif CC_VK == 4
@@ -92,29 +90,10 @@ typedef CC_CAT(int, CC_VK) cc_ivec;
 #define CC_RPW (BLK / CC_RG)                     /* rows per work-item (m < CC_RPW) */
 #define CC_UPW (BLK * (CC_DMAX / CC_VK) / CC_NT) /* accumulator units per work-item */
 
-/* n <= CC_VK elements of p as a vector (zeros beyond n). */
-inline cc_vec cc_vload_part(__global const float *p, int n)
-{
-    if (n >= CC_VK)
-        return CC_LOAD(p);
-    float t[CC_VK];
-    for (int e = 0; e < CC_VK; ++e)
-        t[e] = e < n ? p[e] : 0.0f;
-    return CC_LOAD(t);
-}
-
-/* The first min(n, CC_VK) lanes of x to p. */
-inline void cc_vstore_part(cc_vec x, __global float *p, int n)
-{
-    if (n >= CC_VK) {
-        CC_STORE(x, p);
-        return;
-    }
-    float t[CC_VK];
-    CC_STORE(x, t);
-    for (int e = 0; e < n; ++e)
-        p[e] = t[e];
-}
+/* The first n <= CC_VK elements at p as a vector (zeros beyond), and the first n lanes to p
+   (common.cl). */
+#define cc_vload_part CASTLE_CAT(gload_n, CC_VK)
+#define cc_vstore_part CASTLE_CAT(gstore_n, CC_VK)
 
 /* sum_{c < n} x[c] t[c * BLK]: a row of global memory against a transposed local tile.  Four partial
    sums (fixed order) keep four FMA chains in flight. */
