@@ -424,60 +424,73 @@ def causal_backward(q, k, v, do, scale=None, device=None):
     return outs.results()
 
 
-class Cache:
+class _CacheBase:
+    """What both caches share: creation from a (batch, heads, capacity, head_dim) descriptor, shape
+    checks of the new tokens, the calls that append them, reset and nbytes."""
+
+    _names = SIX
+    _slots = tuple(range(6))
+    _kind = "castle.Cache"
+
+    def __init__(self, batch, heads, head_dim, capacity, window, scale, device, create, destroy):
+        self.device = _device(device)
+        for name, v in (("batch", batch), ("heads", heads), ("head_dim", head_dim), ("capacity", capacity)):
+            if int(v) != v or v < 1:
+                raise ValueError(f"{self._kind}: {name}={v!r}; expected an integer >= 1")
+        self.batch, self.heads, self.head_dim, self.capacity = int(batch), int(heads), int(head_dim), int(capacity)
+        self.window, self.scale = window, scale
+        desc = make_desc((batch, heads, capacity, head_dim), window, scale)
+        h = ctypes.c_void_p()
+        _check(create(self.device._handle, ctypes.byref(desc), ctypes.byref(h)), create.__name__)
+        self._handle = h.value
+        self._finalizer = weakref.finalize(self, destroy, h.value)
+
+    def _run(self, fn, call, arrays, *extra):
+        """Uploads the new tokens, runs call(ctx, cache, desc, *extra, inputs..., o, lse=NULL, queue...)
+        and returns o."""
+        shape, ins = uploads(self.device, f"{self._kind}.{fn}", self._names, arrays)
+        want = (self.batch, self.heads, self.head_dim)
+        if (shape[0], shape[1], shape[3]) != want:
+            raise ValueError(f"{self._kind}.{fn}: {self._names[0]} has shape {shape}; this cache takes "
+                             f"({want[0]}, {want[1]}, n, {want[2]})")
+        desc = make_desc(shape, self.window, self.scale, zip(self._slots, ins))
+        outs = Outputs(self.device, _cl_mode(arrays))
+        o = outs.new(shape)
+        _check(call(self.device._handle, self._handle, ctypes.byref(desc), *extra, *_mems(ins), o, None,
+                    self.device.queue, 0, None, None), call.__name__)
+        return outs.results()[0]
+
+    def _size(self, call):
+        n = ctypes.c_size_t(0)
+        _check(call(self._handle, ctypes.byref(n)), call.__name__)
+        return n.value
+
+
+class Cache(_CacheBase):
     """The UQ-KV cache of one attention layer for generation (SPEC section 5): prefill() a prompt,
     then decode() one or more tokens per call; the outputs equal castle.forward over the whole
     sequence.  capacity is the most tokens one sequence may hold; more raises CastleError
     CASTLE_ERR_CACHE_FULL and leaves the cache unchanged."""
 
     def __init__(self, batch, heads, head_dim, capacity, window=0, scale=None, device=None):
-        self.device = _device(device)
-        for name, v in (("batch", batch), ("heads", heads), ("head_dim", head_dim), ("capacity", capacity)):
-            if int(v) != v or v < 1:
-                raise ValueError(f"castle.Cache: {name}={v!r}; expected an integer >= 1")
-        self.batch, self.heads, self.head_dim, self.capacity = int(batch), int(heads), int(head_dim), int(capacity)
-        self.window, self.scale = window, scale
-        desc = make_desc((batch, heads, capacity, head_dim), window, scale)
-        h = ctypes.c_void_p()
-        _check(lib.castle_cache_create(self.device._handle, ctypes.byref(desc), ctypes.byref(h)), "castle_cache_create")
-        self._handle = h.value
-        self._finalizer = weakref.finalize(self, lib.castle_cache_destroy, h.value)
-
-    def _inputs(self, fn, arrays):
-        shape, ins = uploads(self.device, fn, SIX, arrays)
-        want = (self.batch, self.heads, self.head_dim)
-        if (shape[0], shape[1], shape[3]) != want:
-            raise ValueError(f"{fn}: qu has shape {shape}; this cache takes ({want[0]}, {want[1]}, n, {want[2]})")
-        desc = make_desc(shape, self.window, self.scale, zip(range(6), ins))
-        return shape, ins, desc
+        super().__init__(batch, heads, head_dim, capacity, window, scale, device, lib.castle_cache_create,
+                         lib.castle_cache_destroy)
 
     def prefill(self, qu, ku, vu, qc, kc, vc, lengths=None):
         """Fills the empty cache with a prompt of P tokens (B, H, P, d); lengths (B integers <= P)
         gives shorter prompts per sequence.  Returns o (B, H, P, d) (rows past a sequence's length
         are unspecified)."""
-        arrays = (qu, ku, vu, qc, kc, vc)
-        shape, ins, desc = self._inputs("castle.Cache.prefill", arrays)
         plen = None
         if lengths is not None:
             lengths = np.asarray(lengths)
             if lengths.shape != (self.batch,) or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any():
                 raise ValueError(f"castle.Cache.prefill: lengths must be {self.batch} integers >= 0")
             plen = (ctypes.c_size_t * self.batch)(*(int(n) for n in lengths))
-        outs = Outputs(self.device, _cl_mode(arrays))
-        o = outs.new(shape)
-        _check(lib.castle_prefill(self.device._handle, self._handle, ctypes.byref(desc), plen, *_mems(ins), o, None,
-                                  self.device.queue, 0, None, None), "castle_prefill")
-        return outs.results()[0]
+        return self._run("prefill", lib.castle_prefill, (qu, ku, vu, qc, kc, vc), plen)
 
     def decode(self, qu, ku, vu, qc, kc, vc):
         """Appends n >= 1 tokens (B, H, n, d) to every sequence; returns their outputs (B, H, n, d)."""
-        arrays = (qu, ku, vu, qc, kc, vc)
-        shape, ins, desc = self._inputs("castle.Cache.decode", arrays)
-        outs = Outputs(self.device, _cl_mode(arrays))
-        o = outs.new(shape)
-        _check(lib.castle_decode(self.device._handle, self._handle, ctypes.byref(desc), *_mems(ins), o, None,
-                                 self.device.queue, 0, None, None), "castle_decode")
-        return outs.results()[0]
+        return self._run("decode", lib.castle_decode, (qu, ku, vu, qc, kc, vc))
 
     @property
     def lengths(self):
@@ -493,6 +506,35 @@ class Cache:
     @property
     def nbytes(self):
         """Device memory the cache holds, bytes."""
-        n = ctypes.c_size_t(0)
-        _check(lib.castle_cache_bytes(self._handle, ctypes.byref(n)), "castle_cache_bytes")
-        return n.value
+        return self._size(lib.castle_cache_bytes)
+
+
+class CausalCache(_CacheBase):
+    """The KV cache of the baseline (castle_kv_cache): prefill(q, k, v) a prompt, decode(q, k, v)
+    n >= 1 tokens per call; every sequence of the batch has the same length."""
+
+    _names = ("q", "k", "v")
+    _slots = (_lib.QC, _lib.KC, _lib.VC)
+    _kind = "castle.CausalCache"
+
+    def __init__(self, batch, heads, head_dim, capacity, scale=None, device=None):
+        super().__init__(batch, heads, head_dim, capacity, 0, scale, device, lib.castle_kv_cache_create,
+                         lib.castle_kv_cache_destroy)
+
+    def prefill(self, q, k, v):
+        return self._run("prefill", lib.castle_causal_prefill, (q, k, v))
+
+    def decode(self, q, k, v):
+        return self._run("decode", lib.castle_causal_decode, (q, k, v))
+
+    @property
+    def lengths(self):
+        """Tokens each sequence holds (all equal), a NumPy int64 array of length batch."""
+        return np.full(self.batch, self._size(lib.castle_kv_cache_length), dtype=np.int64)
+
+    def reset(self):
+        _check(lib.castle_kv_cache_reset(self._handle), "castle_kv_cache_reset")
+
+    @property
+    def nbytes(self):
+        return self._size(lib.castle_kv_cache_bytes)

@@ -136,6 +136,13 @@ _sig("castle_cache_bytes", c_int, [c_void_p, POINTER(c_size_t)])
 _sig("castle_cache_lengths", c_int, [c_void_p, POINTER(c_size_t)])
 _sig("castle_prefill", c_int, [c_void_p, c_void_p, _desc_p, POINTER(c_size_t)] + _mem6 + [c_void_p] * 2 + _tail)
 _sig("castle_decode", c_int, [c_void_p, c_void_p, _desc_p] + _mem6 + [c_void_p] * 2 + _tail)
+_sig("castle_kv_cache_create", c_int, [c_void_p, _desc_p, POINTER(c_void_p)])
+_sig("castle_kv_cache_destroy", None, [c_void_p])
+_sig("castle_kv_cache_reset", c_int, [c_void_p])
+_sig("castle_kv_cache_bytes", c_int, [c_void_p, POINTER(c_size_t)])
+_sig("castle_kv_cache_length", c_int, [c_void_p, POINTER(c_size_t)])
+_sig("castle_causal_prefill", c_int, [c_void_p, c_void_p, _desc_p] + [c_void_p] * 5 + _tail)
+_sig("castle_causal_decode", c_int, [c_void_p, c_void_p, _desc_p] + [c_void_p] * 5 + _tail)
 
 # OpenCL 1.2 entry points (cl.h), for buffers, transfers and the device list.
 CL_MEM_READ_WRITE = 1 << 0

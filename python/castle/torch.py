@@ -98,65 +98,79 @@ def causal_attention(q, k, v, scale=None, device=None):
     return _CausalFunction.apply(scale, device, q, k, v)
 
 
-class CastleAttention(nn.Module):
-    """Multi-head CASTLE attention: six projections dim -> heads x dim_head (QU, KU, VU, QC, KC, VC),
-    CASTLE per head, and the output projection back to dim.
+class _Attention(nn.Module):
+    """Projections of x (B, L, dim) to heads of dim_head, attention per head, the output projection,
+    and generation through a cache: what CastleAttention and CausalAttention share."""
 
-    forward(x) for x of shape (B, L, dim) returns (B, L, dim).  Generation: forward(x, cache,
-    return_cache=True) returns (y, cache); pass a prompt with cache=None (a castle.Cache of
-    cache_capacity tokens per sequence is made, or use new_cache()), then one or more tokens at a
-    time with the returned cache.  The outputs equal forward() of the whole sequence.  The cached
-    path is for inference: it carries no gradient."""
+    _names = ()
 
-    def __init__(self, dim, heads, dim_head=64, window=0, cache_capacity=1024, device=None):
+    def __init__(self, dim, heads, dim_head, cache_capacity, device):
         super().__init__()
-        self.heads, self.dim_head, self.window = heads, dim_head, window
-        self.cache_capacity, self.device = cache_capacity, device
+        self.heads, self.dim_head, self.cache_capacity, self.device = heads, dim_head, cache_capacity, device
         inner = heads * dim_head
-        self.to_qu, self.to_ku, self.to_vu, self.to_qc, self.to_kc, self.to_vc = (
-            nn.Linear(dim, inner, bias=False) for _ in range(6))
+        for n in self._names:
+            setattr(self, "to_" + n, nn.Linear(dim, inner, bias=False))
         self.to_out = nn.Linear(inner, dim, bias=False)
 
-    def _six(self, x):
-        B, L, _ = x.shape
-        return [p(x).view(B, L, self.heads, self.dim_head).transpose(1, 2)
-                for p in (self.to_qu, self.to_ku, self.to_vu, self.to_qc, self.to_kc, self.to_vc)]
-
-    def new_cache(self, batch, capacity=None):
-        """An empty castle.Cache for this layer: batch sequences of at most capacity tokens."""
-        return _core.Cache(batch, self.heads, self.dim_head, capacity or self.cache_capacity, self.window,
-                           device=self.device)
+    def _project(self, x):
+        B, L, _ = x.shape  # (B, H, L, d) views of (B, L, H, d) memory: read in place
+        return [getattr(self, "to_" + n)(x).view(B, L, self.heads, self.dim_head).transpose(1, 2) for n in self._names]
 
     def forward(self, x, cache=None, return_cache=False):
         if x.dim() != 3:
-            raise ValueError(f"CastleAttention: x has shape {tuple(x.shape)}; expected (batch, L, dim)")
+            raise ValueError(f"{type(self).__name__}: x has shape {tuple(x.shape)}; expected (batch, L, dim)")
         B, L, _ = x.shape
-        six = self._six(x)
+        heads = self._project(x)
         if cache is None and not return_cache:
-            o = castle_attention(*six, window=self.window, device=self.device)
+            o = self._attend(heads)
         else:
             if cache is None:
                 cache = self.new_cache(B, max(L, self.cache_capacity))
-            host = [_host("CastleAttention", n, t) for n, t in zip(_core.SIX, six)]
+            host = [_host(type(self).__name__, n, t) for n, t in zip(self._names, heads)]
             step = cache.prefill if not cache.lengths.any() else cache.decode
             o = _back(step(*host), x)
         y = self.to_out(o.transpose(1, 2).reshape(B, L, self.heads * self.dim_head))
         return (y, cache) if return_cache else y
 
 
-class CausalAttention(nn.Module):
+class CastleAttention(_Attention):
+    """Multi-head CASTLE attention: six projections dim -> heads x dim_head (QU, KU, VU, QC, KC, VC),
+    CASTLE (window 0) or CASTLE-SWL (window W) per head, and the output projection back to dim.
+
+    forward(x) for x of shape (B, L, dim) returns (B, L, dim).  Generation: forward(x, cache,
+    return_cache=True) returns (y, cache); pass a prompt with cache=None (a castle.Cache of
+    cache_capacity tokens per sequence is made, or use new_cache()), then one or more tokens at a
+    time with the returned cache.  The outputs equal forward() of the whole sequence.  The cached
+    path is for inference: no gradient flows through the attention there."""
+
+    _names = ("qu", "ku", "vu", "qc", "kc", "vc")
+
+    def __init__(self, dim, heads, dim_head=64, window=0, cache_capacity=1024, device=None):
+        super().__init__(dim, heads, dim_head, cache_capacity, device)
+        self.window = window
+
+    def _attend(self, six):
+        return castle_attention(*six, window=self.window, device=self.device)
+
+    def new_cache(self, batch, capacity=None):
+        """An empty castle.Cache for this layer: batch sequences of at most capacity tokens."""
+        return _core.Cache(batch, self.heads, self.dim_head, capacity or self.cache_capacity, self.window,
+                           device=self.device)
+
+
+class CausalAttention(_Attention):
     """The baseline as a module: q, k, v projections, the library's causal attention per head and
-    the output projection (same interface as CastleAttention without the cache)."""
+    the output projection; generation as CastleAttention's, through a castle.CausalCache."""
 
-    def __init__(self, dim, heads, dim_head=64, device=None):
-        super().__init__()
-        self.heads, self.dim_head, self.device = heads, dim_head, device
-        inner = heads * dim_head
-        self.to_q, self.to_k, self.to_v = (nn.Linear(dim, inner, bias=False) for _ in range(3))
-        self.to_out = nn.Linear(inner, dim, bias=False)
+    _names = ("q", "k", "v")
 
-    def forward(self, x):
-        B, L, _ = x.shape
-        q, k, v = (p(x).view(B, L, self.heads, self.dim_head).transpose(1, 2) for p in (self.to_q, self.to_k, self.to_v))
-        o = causal_attention(q, k, v, device=self.device)
-        return self.to_out(o.transpose(1, 2).reshape(B, L, self.heads * self.dim_head))
+    def __init__(self, dim, heads, dim_head=64, cache_capacity=1024, device=None):
+        super().__init__(dim, heads, dim_head, cache_capacity, device)
+
+    def _attend(self, qkv):
+        return causal_attention(*qkv, device=self.device)
+
+    def new_cache(self, batch, capacity=None):
+        """An empty castle.CausalCache for this layer."""
+        return _core.CausalCache(batch, self.heads, self.dim_head, capacity or self.cache_capacity,
+                                 device=self.device)

@@ -100,6 +100,21 @@ def test_cache_decode_equals_forward(rng, window):
     assert err(o2, ref) < DECODE_TOL
 
 
+def test_causal_cache_decode_equals_forward(rng):
+    B, H, L, d = 1, 2, 20, 8
+    q, k, v = six(rng, (B, H, L, d))[:3]
+    cache = castle.CausalCache(B, H, d, capacity=L)
+    o = np.concatenate([cache.prefill(q[:, :, :6], k[:, :, :6], v[:, :, :6]),
+                        cache.decode(q[:, :, 6:7], k[:, :, 6:7], v[:, :, 6:7]),
+                        cache.decode(q[:, :, 7:], k[:, :, 7:], v[:, :, 7:])], axis=2)
+    assert err(o, causal(q, k, v)[0]) < CAUSAL_TOL and list(cache.lengths) == [L] and cache.nbytes > 0
+    with pytest.raises(castle.CastleError) as e:
+        cache.decode(q[:, :, :1], k[:, :, :1], v[:, :, :1])
+    assert e.value.name == "CASTLE_ERR_CACHE_FULL"
+    cache.reset()
+    assert list(cache.lengths) == [0]
+
+
 def test_cache_prefill_lengths(rng):
     B, H, P, d = 2, 1, 12, 8
     x = six(rng, (B, H, P, d))

@@ -112,8 +112,18 @@ def test_causal_module(rng):
     q, k, v = ((x.double() @ p.weight.double().T).view(1, 10, 2, 4).transpose(1, 2) for p in (m.to_q, m.to_k, m.to_v))
     ry = causal_torch(q, k, v).transpose(1, 2).reshape(1, 10, 8) @ m.to_out.weight.double().T
     assert err(y.detach().numpy(), ry.detach().numpy()) < FORWARD_TOL
-    y.sum().backward()
-    assert x.grad is not None and torch.isfinite(x.grad).all()
+    w = torch.tensor(rng.uniform(-1, 1, y.shape))
+    (y * w).sum().backward()
+    x64 = x.detach().double().requires_grad_()
+    q, k, v = ((x64 @ p.weight.double().T).view(1, 10, 2, 4).transpose(1, 2) for p in (m.to_q, m.to_k, m.to_v))
+    (causal_torch(q, k, v).transpose(1, 2).reshape(1, 10, 8) @ m.to_out.weight.double().T * w).sum().backward()
+    assert err(x.grad.numpy(), x64.grad.numpy(), floor=0.1) < CAUSAL_GRAD_TOL
+    with torch.no_grad():
+        y0, cache = m(x[:, :4], return_cache=True)
+        y1, cache = m(x[:, 4:5], cache=cache, return_cache=True)
+        y2, cache = m(x[:, 5:], cache=cache, return_cache=True)
+    assert list(cache.lengths) == [10] and cache.nbytes > 0
+    assert np.max(np.abs(torch.cat([y0, y1, y2], 1).numpy() - y.detach().numpy())) < DECODE_TOL
 
 
 def test_torch_errors(rng):
