@@ -467,7 +467,7 @@ class _CacheBase:
 
 
 class Cache(_CacheBase):
-    """The UQ-KV cache of one attention layer for generation (SPEC section 5): prefill() a prompt,
+    """The UQ-KV cache of one attention layer for generation (docs/algorithm.md section 5): prefill() a prompt,
     then decode() one or more tokens per call; the outputs equal castle.forward over the whole
     sequence.  capacity is the most tokens one sequence may hold; more raises CastleError
     CASTLE_ERR_CACHE_FULL and leaves the cache unchanged."""

@@ -1,5 +1,5 @@
 """float64 NumPy references, independent of the library: CASTLE by its recurrent definition and by
-its parallel form (SPEC sections 1 and 2), causal softmax attention, and the tolerances of
+its parallel form (docs/algorithm.md sections 1 and 2), causal softmax attention, and the tolerances of
 tests/tolerance.h (read from that file, so they are stated once)."""
 
 import os

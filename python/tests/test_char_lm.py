@@ -14,7 +14,7 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "char_lm.py"
 
 def test_char_lm_smoke(tmp_path):
     r = subprocess.run([sys.executable, EXAMPLE, "--smoke", "--out", str(tmp_path)], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "char_lm.png").stat().st_size > 1000
     table = (tmp_path / "char_lm.md").read_text()
