@@ -162,6 +162,9 @@ def test_bad_shapes_and_dtypes(rng):
         castle.forward(*x, window=-1)
     with pytest.raises(ValueError, match="scale"):
         castle.forward(*x, scale=float("nan"))
+    with pytest.raises(castle.CastleError) as e:  # the library's own check (above CASTLE_MAX_SCALE)
+        castle.forward(*x, scale=1e6)
+    assert e.value.name == "CASTLE_ERR_BAD_SCALE" and "scale" in e.value.message
 
 
 def test_devices_and_device_errors():
@@ -182,3 +185,15 @@ def test_explicit_device(rng):
     x = six(rng, (1, 1, 9, 4))
     dev = castle.Device()
     assert err(castle.forward(*x, device=dev)[0], castle_parallel(*x)[0]) < FORWARD_TOL
+
+
+def test_no_library_gives_an_actionable_message(tmp_path):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, CASTLE_LIBRARY=str(tmp_path / "libcastle.so"),
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(castle.__file__))))
+    r = subprocess.run([sys.executable, "-c", "import castle"], env=env, capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path)
+    assert r.returncode != 0
+    assert "libcastle not found" in r.stderr and "CASTLE_LIBRARY" in r.stderr and str(tmp_path) in r.stderr
