@@ -181,6 +181,22 @@ def test_devices_and_device_errors():
     assert e.value.name == "CASTLE_ERR_NO_DEVICE"
 
 
+def test_devices_are_castle_infos():
+    """devices() lists what castle-info lists ("Device P:D (#N): name"), in its order."""
+    import os
+    import re
+    import shutil
+    import subprocess
+    info = os.path.join(os.path.dirname(castle.library_path), "tools", "castle-info")
+    if not os.path.exists(info):
+        info = shutil.which("castle-info")
+    if info is None:
+        pytest.skip("no castle-info beside the library or on PATH")
+    out = subprocess.run([info], capture_output=True, text=True, timeout=600).stdout
+    listed = re.findall(r"Device (\d+:\d+) \(#(\d+)\): (.*)", out)
+    assert listed == [(d.spec, str(d.index), d.name) for d in castle.devices()]
+
+
 def test_explicit_device(rng):
     x = six(rng, (1, 1, 9, 4))
     dev = castle.Device()
