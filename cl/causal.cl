@@ -265,13 +265,19 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
         barrier(CLK_LOCAL_MEM_FENCE);
         /* acc = alpha acc + P V over this key block. */
         const int nk = min(BLK, nkeys - s0);
+        const bool all_seen = s0 + nk - 1 <= pos0; /* uniform: the block's first row sees every key */
         for (int u = 0; u < CC_UPW; ++u) {
             const int unit = lid + u * CC_NT, row = unit % BLK, c0 = unit / BLK * CC_VK;
             if (c0 >= d || row >= qrows)
                 continue;
-            /* keys s0 .. pos0 + row of this block: the later ones are masked for this row */
-            const int seen = clamp(pos0 + row + 1 - s0, 0, nk);
-            acc[u] = cc_axpy_rows(acc[u] * sA[row], sP + row, pv + (ulong)s0 * sv.z + c0, sv.z, 0, seen, d - c0);
+            /* keys s0 .. pos0 + row of this block: the later ones are masked for this row (a block
+               every row sees whole keeps the same bounds for all work-items: SIMD-friendly code) */
+            __global const float *pvb = pv + (ulong)s0 * sv.z + c0;
+            if (all_seen)
+                acc[u] = cc_axpy_rows(acc[u] * sA[row], sP + row, pvb, sv.z, 0, nk, d - c0);
+            else
+                acc[u] = cc_axpy_rows(acc[u] * sA[row], sP + row, pvb, sv.z, 0, clamp(pos0 + row + 1 - s0, 0, nk),
+                                      d - c0);
         }
     }
 
@@ -525,9 +531,15 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
             if (c0 >= d || kr >= krows)
                 continue;
             /* query rows s0 + kr .. of this block: the earlier ones do not see key kr */
-            const int first = clamp(s0 + kr - q0, 0, qrows);
-            accV[u] = cc_axpy_rows(accV[u], sP + kr, pdo + (ulong)q0 * sdo.z + c0, sdo.z, first, qrows, d - c0);
-            accK[u] = cc_axpy_rows(accK[u], sD + kr, pq + (ulong)q0 * sq.z + c0, sq.z, first, qrows, d - c0);
+            __global const float *pdob = pdo + (ulong)q0 * sdo.z + c0, *pqb = pq + (ulong)q0 * sq.z + c0;
+            if (qb > kb) { /* off the diagonal every row sees the key: the same bounds for all work-items */
+                accV[u] = cc_axpy_rows(accV[u], sP + kr, pdob, sdo.z, 0, qrows, d - c0);
+                accK[u] = cc_axpy_rows(accK[u], sD + kr, pqb, sq.z, 0, qrows, d - c0);
+            } else {
+                const int first = clamp(s0 + kr - q0, 0, qrows);
+                accV[u] = cc_axpy_rows(accV[u], sP + kr, pdob, sdo.z, first, qrows, d - c0);
+                accK[u] = cc_axpy_rows(accK[u], sD + kr, pqb, sq.z, first, qrows, d - c0);
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
@@ -634,8 +646,11 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
             const int unit = lid + u * CC_NT, row = unit % BLK, c0 = unit / BLK * CC_VK;
             if (c0 >= d || row >= qrows)
                 continue;
-            const int seen = clamp(q0 + row + 1 - s0, 0, krows); /* keys s0 .. q0 + row */
-            acc[u] = cc_axpy_rows(acc[u], sD + row, pk + (ulong)s0 * sk.z + c0, sk.z, 0, seen, d - c0);
+            __global const float *pkb = pk + (ulong)s0 * sk.z + c0;
+            if (kb < qb) /* off the diagonal: the same bounds for all work-items */
+                acc[u] = cc_axpy_rows(acc[u], sD + row, pkb, sk.z, 0, krows, d - c0);
+            else /* keys s0 .. q0 + row */
+                acc[u] = cc_axpy_rows(acc[u], sD + row, pkb, sk.z, 0, clamp(q0 + row + 1 - s0, 0, krows), d - c0);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
