@@ -13,7 +13,14 @@
  *   - Operations take the caller's command queue, an event wait list and an optional output event
  *     (caller-owned, release it with clReleaseEvent).  They return as soon as the work is enqueued.
  *   - The library never prints, aborts or exits.
- *   - A castle_context may be used by one thread at a time.
+ *   - Threads: one castle_context may be used from several threads at once, each call with its own
+ *     queue or a shared one (OpenCL queues are thread-safe).  Programs are built, kernels created and
+ *     kernel arguments set and enqueued under the context's lock, so concurrent calls never see each
+ *     other's arguments; their results are bitwise those of the same calls made one at a time.
+ *     Exceptions: castle_context_set_tuning and castle_context_destroy must not overlap any other
+ *     call on the context, and a castle_cache or castle_kv_cache takes one call at a time (its calls
+ *     run in order anyway).  castle_last_error() is per thread; castle_build_log()'s string stays
+ *     valid until castle_context_destroy.  Tested under ThreadSanitizer (tests/test_threads.c).
  */
 #ifndef CASTLE_CASTLE_H
 #define CASTLE_CASTLE_H
@@ -114,7 +121,8 @@ CASTLE_API cl_device_id castle_context_device(const castle_context *ctx);
 CASTLE_API cl_context castle_context_cl_context(const castle_context *ctx);
 
 /* The compiler log of the most recent kernel build on this context ("" if none).  After
-   CASTLE_ERR_BUILD_FAILED it holds the failing build's log. */
+   CASTLE_ERR_BUILD_FAILED it holds the failing build's log (or why the source could not be read).
+   The string stays valid until castle_context_destroy, even while other threads build. */
 CASTLE_API const char *castle_build_log(const castle_context *ctx);
 
 /* ---- Tuning ------------------------------------------------------------------------------- */
