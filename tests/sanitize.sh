@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-asan}
+targets=()
 export POCL_DEVICES=${POCL_DEVICES:-pthread}
 if [ -z "${OCL_ICD_VENDORS:-}" ] && [ -f /etc/OpenCL/vendors/pocl.icd ]; then
     export OCL_ICD_VENDORS=/etc/OpenCL/vendors/pocl.icd
@@ -23,6 +24,7 @@ asan)
 tsan)
     build=${CASTLE_BUILD_DIR:-build-tsan}
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCASTLE_TSAN=ON >/dev/null
+    targets=(--target test_threads)
     ;;
 fuzz)
     exec bash tests/sanitize/fuzz_npy.sh "${CASTLE_BUILD_DIR:-build-fuzz}" "${2:-300}"
@@ -33,5 +35,5 @@ fuzz)
     ;;
 esac
 export CASTLE_CACHE_DIR=${CASTLE_CACHE_DIR:-$PWD/$build/kernel-cache}
-cmake --build "$build" -j"$(nproc)"
+cmake --build "$build" -j"$(nproc)" ${targets[@]+"${targets[@]}"}
 ctest --test-dir "$build" -L "$mode" --output-on-failure
