@@ -32,9 +32,11 @@
 #error "cache.cl: NT must be a multiple of BLK that divides BLK*BLK and BLK*DT"
 #endif
 
-#ifndef MAXD
-#define MAXD 256 /* CASTLE_MAX_HEAD_DIM */
+/* Shared with the C host, defined once there and passed as -D options (host/program.c). */
+#ifndef CASTLE_MAX_HEAD_DIM
+#error "cache.cl: CASTLE_MAX_HEAD_DIM comes from the host (-D, host/program.c)"
 #endif
+#define MAXD CASTLE_MAX_HEAD_DIM
 /* ---- prefill --------------------------------------------------------------------------------- */
 
 /* Work-item (e, bh) copies element (s = e / d, c = e % d) of the prompt into the cache when

@@ -30,9 +30,12 @@
  *
  * Local memory (floats): BLK (CC_TROWS + DT + 2 BLK + 3) at most (host/tuning.c). */
 
-#ifndef CC_DMAX
-#define CC_DMAX 256 /* CASTLE_MAX_HEAD_DIM */
+/* Shared with the C host, defined once there and passed as -D options (host/program.c):
+   CASTLE_MAX_HEAD_DIM (castle.h), CASTLE_DECODE_ROWS and CASTLE_DECODE_GROUP (host/causal.h). */
+#if !defined(CASTLE_MAX_HEAD_DIM) || !defined(CASTLE_DECODE_ROWS) || !defined(CASTLE_DECODE_GROUP)
+#error "causal.cl: CASTLE_MAX_HEAD_DIM, CASTLE_DECODE_ROWS and CASTLE_DECODE_GROUP come from the host (-D)"
 #endif
+#define CC_DMAX CASTLE_MAX_HEAD_DIM
 /* Columns of d a transposed Q^T or K^T tile holds: all of them (256) under the usual tunings; on
    tunings shrunk for small local memories the tile is staged in pieces, so that these kernels never
    need more local memory than cl/backward.cl (host/tuning.c). */
@@ -316,11 +319,11 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
  * blocks, no barriers.  Work-group (split, bh); each work-item streams a contiguous range of about
  * (t0 + n) / (nsplit CC_DNT) keys once, with an online softmax per new row, and leaves partial
  * sp CC_DNT + lid of each row for castle_causal_combine. */
-#define CC_DQ 4 /* host/causal.c DECODE_ROWS */
+#define CC_DQ CASTLE_DECODE_ROWS
 #define CC_NV (CC_DMAX / CC_VK)
 /* No local memory, no barriers: a small group bounds the private state (2 CC_DQ CC_DMAX floats per
    work-item) a CPU device keeps for the whole group. */
-#define CC_DNT (CC_NT < 64 ? CC_NT : 64)
+#define CC_DNT (CC_NT < CASTLE_DECODE_GROUP ? CC_NT : CASTLE_DECODE_GROUP)
 __kernel __attribute__((reqd_work_group_size(CC_DNT, 1, 1)))
 void castle_causal_decode(const int n, const int t0, const int d, const int H, const float sc,
                           __global const float *q, const ulong4 sq,

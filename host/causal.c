@@ -3,7 +3,7 @@
  *
  * forward   one launch: work-group (query block, batch x head).
  * backward  two launches, no atomics: dK, dV per key block, then dQ per query block.
- * decode    the new rows' K, V are appended to the cache; then up to DECODE_ROWS new rows go to
+ * decode    the new rows' K, V are appended to the cache; then up to CASTLE_DECODE_ROWS new rows go to
  *           castle_causal_decode (one partial per work-item, each streaming a range of keys), more
  *           to the forward kernel with the cache as K and V.  When the heads alone would leave the
  *           device idle (fewer than ~4 work-groups per compute unit), a head's keys are split among
@@ -17,13 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Decode calls of at most DECODE_ROWS new tokens (cl/causal.cl CC_DQ) use castle_causal_decode,
-   whose work-groups have at most DECODE_GROUP work-items (CC_DNT), each streaming a range of keys
-   (at least MIN_KEYS of them once a head's keys are split among work-groups); longer calls use the
-   block kernel.  The scratch of partials is sized for both (castle__kv_cache_alloc); a tuning with
-   larger groups falls back to the block kernel. */
-#define DECODE_ROWS 4
-#define DECODE_GROUP 64
+/* Decode calls of at most CASTLE_DECODE_ROWS new tokens (host/causal.h) use castle_causal_decode,
+   whose work-groups have at most CASTLE_DECODE_GROUP work-items, each streaming a range of keys (at
+   least MIN_KEYS of them once a head's keys are split among work-groups); longer calls use the block
+   kernel.  The scratch of partials is sized for both (castle__kv_cache_alloc). */
 #define MIN_KEYS 32
 
 /* The work-group size kernel was compiled for (cl/causal.cl CC_NT). */
@@ -188,8 +185,8 @@ castle_status castle__kv_cache_alloc(castle_context *ctx, const castle_problem *
     /* castle__check_desc bounded B H cap d (each tensor's extent fits in bytes), so these fit. */
     const size_t kv_bytes = p->B * p->H * p->L * p->d * sizeof(float);
     /* Partials per new row: a decode work-group's worth, or one per MIN_KEYS cached keys when split. */
-    const size_t per_row = DECODE_GROUP > p->L / MIN_KEYS ? DECODE_GROUP : p->L / MIN_KEYS;
-    c->part_floats = p->B * p->H * DECODE_ROWS * per_row * (p->d + 2);
+    const size_t per_row = CASTLE_DECODE_GROUP > p->L / MIN_KEYS ? CASTLE_DECODE_GROUP : p->L / MIN_KEYS;
+    c->part_floats = p->B * p->H * CASTLE_DECODE_ROWS * per_row * (p->d + 2);
     cl_int err = CL_SUCCESS;
     c->k = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, kv_bytes, NULL, &err);
     if (err == CL_SUCCESS)
@@ -222,7 +219,7 @@ castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, con
     castle_args a_app = {.n = 0}, a_att = {.n = 0}, a_comb = {.n = 0};
     size_t groups = p->N, partials = 1; /* attention work-groups along dim 0, partials per row */
     castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_append", &kapp);
-    if (st == CASTLE_SUCCESS && n <= DECODE_ROWS) {
+    if (st == CASTLE_SUCCESS && n <= CASTLE_DECODE_ROWS) {
         /* The decode kernel: one partial per work-item, each over >= MIN_KEYS keys once split. */
         size_t wg = 0;
         if (!(st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_decode", &katt)) &&

@@ -4,6 +4,12 @@
 
 #include "validate.h"
 
+/* Decode calls of at most CASTLE_DECODE_ROWS new tokens use castle_causal_decode, whose
+   work-groups have at most CASTLE_DECODE_GROUP work-items; cl/causal.cl receives both as -D options
+   (host/program.c), so they are defined here only. */
+#define CASTLE_DECODE_ROWS 4
+#define CASTLE_DECODE_GROUP 64
+
 struct castle_kv_cache {
     castle_context *ctx;
     size_t B, H, d, cap; /* cap: tokens per sequence */

@@ -6,6 +6,7 @@
 #include "bincache.h"
 #include "error.h"
 #include "tuning.h"
+#include "causal.h" /* CASTLE_DECODE_ROWS, CASTLE_DECODE_GROUP */
 
 #include <errno.h>
 #include <stdio.h>
@@ -85,7 +86,12 @@ castle_status castle__program_source(castle_family f, const castle_tuning *t, ch
         return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "out of host memory assembling %s", family_files[f]);
     }
     snprintf(src, n, "%s%s\n%s", prelude, common, body);
-    snprintf(opt, 256, "-cl-std=CL1.2 -DBLK=%u -DNT=%u -DDT=%u -DVW=%u", t->block, t->threads, t->dchunk, t->vector);
+    /* Tunables, then the constants the kernels share with the host (defined once, in C). */
+    snprintf(opt, 256,
+             "-cl-std=CL1.2 -DBLK=%u -DNT=%u -DDT=%u -DVW=%u -DCASTLE_MAX_HEAD_DIM=%d -DCASTLE_DECODE_ROWS=%d "
+             "-DCASTLE_DECODE_GROUP=%d",
+             t->block, t->threads, t->dchunk, t->vector, CASTLE_MAX_HEAD_DIM, CASTLE_DECODE_ROWS,
+             CASTLE_DECODE_GROUP);
     free(common);
     free(body);
     *source = src;
