@@ -10,6 +10,7 @@ build=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export CASTLE_CACHE_DIR=off
+unset CASTLE_DEVICE # under oclgrind the simulator is the only platform: its device is 0:0
 log=$work/oclgrind.log
 og() {
     local rc=0

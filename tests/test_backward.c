@@ -1,4 +1,5 @@
 /* castle_backward on the OpenCL device against the fp64 reference gradients. */
+#include "conformance_check.h"
 #include "harness.h"
 #include "tolerance.h"
 
@@ -10,46 +11,9 @@
 
 static const char *const grad_names[6] = {"dqu", "dku", "dvu", "dqc", "dkc", "dvc"};
 
-/* The forward's shape table (h_shapes) up to L = 300, where the O(L^3) reference gradients stay
-   fast (test_long covers long sequences with the O(L^2 d) reference), then extra cases. */
-#define BACKWARD_MAX_L 300
-static const h_fwd_case extra[] = {
-    {1, 2, 70, 32, 0, H_BHLD, 10, 0, 33}, /* large magnitude */
-};
-static size_t selected[64]; /* indices into h_shapes, then extra (offset by h_nshapes) */
-static int nselected;
-
-
-static void check_case(const h_fwd_case *c, h_grad_ref ref, double tol)
-{
-    castle_context *ctx = h_context();
-    ck_assert_msg(ctx, "no device: %s", castle_last_error());
-    h_fwd_out out;
-    castle_status st = h_run_backward(ctx, h_queue(), c, ref, false, &out);
-    ck_assert_msg(st == CASTLE_SUCCESS, "backward failed: %s", castle_last_error());
-    double worst = 0;
-    int wi = 0;
-    for (int k = 0; k < 6; ++k)
-        if (!(out.err_grad[k] <= worst)) {
-            worst = out.err_grad[k];
-            wi = k;
-        }
-    if (getenv("CASTLE_TEST_VERBOSE"))
-        fprintf(stderr, "B=%zu H=%zu L=%zu d=%zu W=%ld layout=%d mag=%g: worst %s %.3g (o %.3g)\n", c->B, c->H, c->L,
-                c->d, c->W, (int)c->layout, c->mag, grad_names[wi], worst, out.err_o);
-    ck_assert_msg(out.guards_ok, "a guard region or an input changed (L=%zu d=%zu W=%ld layout=%d)", c->L, c->d, c->W,
-                  (int)c->layout);
-    ck_assert_msg(out.finite, "non-finite gradient (L=%zu d=%zu W=%ld)", c->L, c->d, c->W);
-    ck_assert_msg(worst <= tol, "L=%zu d=%zu W=%ld layout=%d mag=%g: %s error %.3g > tol %.3g", c->L, c->d, c->W,
-                  (int)c->layout, c->mag, grad_names[wi], worst, tol);
-}
-
-START_TEST(test_shapes)
-{
-    const size_t k = selected[_i];
-    const h_fwd_case *c = k < h_nshapes ? &h_shapes[k] : &extra[k - h_nshapes];
-    check_case(c, H_GRAD_EXACT, c->mag > 1 ? BACKWARD_LARGE_TOL : BACKWARD_TOL);
-}
+/* The conformance table's backward cases: the forward's shapes up to L = CONF_BACKWARD_MAX_L (the
+   O(L^3) reference gradients stay fast; test_long covers long sequences), then large magnitudes. */
+START_TEST(test_shapes) { conformance_check(CONF_BACKWARD, _i); }
 END_TEST
 
 /* Two runs give bitwise identical gradients (no atomics), and the backward leaves the forward's
@@ -177,10 +141,7 @@ int main(void)
     Suite *s = suite_create("backward");
     TCase *tc = tcase_create("shapes");
     tcase_set_timeout(tc, 900);
-    for (size_t k = 0; k < h_nshapes + sizeof extra / sizeof extra[0]; ++k)
-        if (k >= h_nshapes || h_shapes[k].L <= BACKWARD_MAX_L)
-            selected[nselected++] = k;
-    tcase_add_loop_test(tc, test_shapes, 0, nselected);
+    CONFORMANCE_LOOP(tc, test_shapes, CONF_BACKWARD);
     suite_add_tcase(s, tc);
     tc = tcase_create("properties");
     tcase_set_timeout(tc, 300);

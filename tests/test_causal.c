@@ -1,5 +1,5 @@
 /* Standard causal attention, the baseline (castle_causal_*), on the OpenCL device (CASTLE_DEVICE)
- * against the fp64 reference tests/ref_causal.c:
+ * against the fp64 reference conformance/ref_causal.c:
  *   reference  ref_causal_forward by hand (zero queries: running means), ref_causal_backward against
  *              central finite differences of the loss sum dout * o.
  *   forward    a table of shapes: L 1, 7, 63, 64, 65, 257, 1000 with d 1, 16, 33, 64, 128, 256,
@@ -14,6 +14,7 @@
  *              was, in the forward pass and in prefill + decode (masked keys are never read).
  *   api        the KV cache's capacity (CASTLE_ERR_CACHE_FULL, nothing changed), CACHE_NOT_EMPTY,
  *              SHAPE_MISMATCH, reset, bytes, length, destroy(NULL); argument errors. */
+#include "conformance_check.h"
 #include "harness.h"
 #include "ref_causal.h"
 #include "tolerance.h"
@@ -299,34 +300,6 @@ END_TEST
 
 /* ---- forward ----------------------------------------------------------------------------------- */
 
-/* Every L meets several d and every d several L; both layouts for each L; B, H > 1 throughout.
-   The default block is 32: 63, 64, 65 sit on a block edge, 257 and 1000 end in ragged blocks. */
-/* clang-format off */
-static const cz_case fwd_shapes[] = {
-    /* B  H  L     d    layout    mag scale seed */
-    {2, 3, 1, 1, H_BHLD, 1, 0, 1},
-    {2, 2, 1, 256, H_BLHD, 1, 0, 2},
-    {2, 2, 7, 16, H_BLHD, 1, 0, 3},
-    {3, 2, 7, 33, H_BHLD, 1, 0, 4},
-    {2, 2, 7, 1, H_PADDED, 1, 0, 5},
-    {2, 2, 63, 64, H_BHLD, 1, 0, 6},
-    {2, 3, 63, 1, H_BLHD, 1, 0, 7},
-    {2, 2, 63, 128, H_PADDED, 1, 0, 8},
-    {2, 2, 64, 33, H_BLHD, 1, 0, 9},
-    {2, 2, 64, 256, H_BHLD, 1, 0, 10},
-    {2, 2, 65, 16, H_BHLD, 1, 0, 11},
-    {2, 2, 65, 64, H_BLHD, 1, 0, 12},
-    {2, 2, 257, 128, H_BLHD, 1, 0, 13},
-    {2, 2, 257, 33, H_BHLD, 1, 0, 14},
-    {2, 2, 257, 256, H_PADDED, 1, 0, 15},
-    {2, 2, 1000, 64, H_BHLD, 1, 0, 16},
-    {2, 2, 1000, 16, H_BLHD, 1, 0, 17},
-    {2, 2, 1000, 256, H_BLHD, 1, 0, 18},
-    {2, 2, 100, 64, H_BHLD, 1, 0.3f, 19}, /* explicit scale */
-};
-/* clang-format on */
-#define NFWD ((int)(sizeof fwd_shapes / sizeof fwd_shapes[0]))
-
 /* castle_causal_forward of case c: outputs (logical) in *o, *lse; guards and inputs checked. */
 static void run_forward(const cz_case *c, long window, float **o, float **lse)
 {
@@ -345,38 +318,13 @@ static void run_forward(const cz_case *c, long window, float **o, float **lse)
     io_free(&x);
 }
 
-static void check_forward(const cz_case *c, double tol)
-{
-    float *o, *lse;
-    run_forward(c, 0, &o, &lse);
-    const size_t n = c->B * c->H * c->L * c->d, nl = c->B * c->H * c->L;
-    double *ro = malloc(n * sizeof(double)), *rl = malloc(nl * sizeof(double));
-    ck_assert(ro && rl);
-    reference(c, c->L, ro, rl, NULL, NULL, NULL);
-    const double eo = rel_err(o, ro, n, 1.0), el = rel_err(lse, rl, nl, 1.0);
-    verbose("forward", c, "err_o=%.3g err_lse=%.3g%.0f", eo, el, 0);
-    ck_assert_msg(eo <= tol && el <= tol, "L=%zu d=%zu layout=%d mag=%g: err_o=%.3g err_lse=%.3g > %.3g", c->L, c->d,
-                  (int)c->layout, c->mag, eo, el, tol);
-    free(o);
-    free(lse);
-    free(ro);
-    free(rl);
-}
-
-START_TEST(test_forward_shapes) { check_forward(&fwd_shapes[_i], CAUSAL_TOL); }
+/* The conformance table's causal cases (conformance/table.c): forward (magnitudes 1, 10, 20),
+   backward, and prefill + decode, against the fp64 reference with guard regions. */
+START_TEST(test_conformance_forward) { conformance_check(CONF_CAUSAL_FORWARD, _i); }
 END_TEST
-
-/* Inputs of magnitude 10-20: scores in the hundreds to thousands; the online softmax must not overflow. */
-START_TEST(test_forward_large)
-{
-    /* clang-format off */
-    static const cz_case big[] = {
-        {2, 2, 130, 64, H_BHLD, 10, 0, 31},
-        {2, 2, 257, 128, H_BLHD, 20, 0, 32},
-    };
-    /* clang-format on */
-    check_forward(&big[_i], CAUSAL_LARGE_TOL);
-}
+START_TEST(test_conformance_backward) { conformance_check(CONF_CAUSAL_BACKWARD, _i); }
+END_TEST
+START_TEST(test_conformance_decode) { conformance_check(CONF_CAUSAL_DECODE, _i); }
 END_TEST
 
 /* The window is ignored (causal attention has no lookahead): bitwise the same outputs. */
@@ -439,25 +387,6 @@ END_TEST
 
 /* ---- backward ---------------------------------------------------------------------------------- */
 
-/* clang-format off */
-static const cz_case bwd_shapes[] = {
-    /* B  H  L     d    layout    mag scale seed */
-    {2, 2, 1, 16, H_BHLD, 1, 0, 51},
-    {2, 3, 7, 1, H_BLHD, 1, 0, 52},
-    {2, 2, 7, 256, H_BHLD, 1, 0, 53},
-    {2, 2, 63, 33, H_BLHD, 1, 0, 54},
-    {2, 2, 64, 64, H_PADDED, 1, 0, 55},
-    {2, 2, 65, 128, H_BHLD, 1, 0, 56},
-    {2, 2, 65, 16, H_BLHD, 1, 0, 57},
-    {2, 2, 257, 64, H_BLHD, 1, 0, 58},
-    {2, 2, 257, 256, H_BHLD, 1, 0, 59},
-    {2, 2, 1000, 64, H_BHLD, 1, 0, 60},
-    {2, 2, 1000, 33, H_BLHD, 1, 0, 61},
-    {2, 2, 100, 128, H_BHLD, 1, 0.3f, 62}, /* explicit scale */
-};
-/* clang-format on */
-#define NBWD ((int)(sizeof bwd_shapes / sizeof bwd_shapes[0]))
-
 /* Forward then backward of case c on queue q; gradients (logical) in g[0..2] = dq, dk, dv. */
 static void run_backward(const cz_case *c, cl_command_queue q, float *g[3])
 {
@@ -482,33 +411,6 @@ static void run_backward(const cz_case *c, cl_command_queue q, float *g[3])
     free(io_out(&x, c, CASTLE_TENSOR_LSE));
     io_free(&x);
 }
-
-START_TEST(test_backward_shapes)
-{
-    const cz_case *c = &bwd_shapes[_i];
-    float *g[3];
-    run_backward(c, h_queue(), g);
-    const size_t n = c->B * c->H * c->L * c->d;
-    double *r[3];
-    for (int i = 0; i < 3; ++i)
-        ck_assert((r[i] = malloc(n * sizeof(double))) != NULL);
-    reference(c, c->L, NULL, NULL, r[0], r[1], r[2]);
-    double e[3];
-    for (int i = 0; i < 3; ++i) /* floor: tests/tolerance.h CAUSAL_GRAD_TOL */
-        e[i] = rel_err(g[i], r[i], n, 0.1);
-    verbose("backward", c, "err_dq=%.3g err_dk=%.3g err_dv=%.3g", e[0], e[1], e[2]);
-    for (int i = 0; i < 3; ++i) {
-        ck_assert_msg(e[i] <= CAUSAL_GRAD_TOL, "L=%zu d=%zu layout=%d: error of %s %.3g > %.3g", c->L, c->d,
-                      (int)c->layout,
-                      i == 0   ? "dq"
-                      : i == 1 ? "dk"
-                               : "dv",
-                      e[i], CAUSAL_GRAD_TOL);
-        free(g[i]);
-        free(r[i]);
-    }
-}
-END_TEST
 
 /* Two runs give the same bits (no atomics), and so does an out-of-order queue with events between
    the launches. */
@@ -551,20 +453,13 @@ typedef struct dec_case {
     bool with_lse;
 } dec_case;
 
-/* clang-format off */
-static const dec_case dec_cases[] = {
-    /*  B  H  L     d    layout    mag scale seed    P    chunk lse */
-    {{2, 2, 65, 16, H_BHLD, 1, 0, 81}, 33, 1, true},
-    {{2, 2, 70, 64, H_BLHD, 1, 0, 82}, 1, 3, true},
-    {{2, 3, 100, 33, H_PADDED, 1, 0, 83}, 64, 4, false}, /* 4: the most rows castle_causal_decode takes */
-    {{2, 2, 130, 1, H_BHLD, 1, 0, 84}, 65, 5, true},     /* 5: the block kernel */
-    {{2, 2, 257, 128, H_BLHD, 1, 0, 85}, 100, 7, true},
-    {{2, 2, 200, 256, H_BHLD, 1, 0, 86}, 63, 40, true},  /* two blocks of new rows */
-    {{2, 2, 40, 64, H_BHLD, 1, 0, 87}, 0, 1, true},      /* from an empty cache */
-    {{2, 2, 257, 16, H_BLHD, 1, 0.3f, 88}, 256, 1, true},
-};
-/* clang-format on */
-#define NDEC ((int)(sizeof dec_cases / sizeof dec_cases[0]))
+/* A decode case of the conformance table in this file's terms. */
+static dec_case dec_of(const conf_causal_dec_case *x)
+{
+    const h_fwd_case *f = &x->c;
+    const dec_case d = {{f->B, f->H, f->L, f->d, f->layout, f->mag, f->scale, f->seed}, x->P, x->chunk, x->with_lse};
+    return d;
+}
 
 /* Runs prefill (P > 0) and decode calls of `chunk` tokens over the whole sequence on cache kc
    (which must be empty); returns the logical outputs of every token (lse: NULL without it). */
@@ -620,31 +515,27 @@ static void check_decode(const dec_case *dc, size_t extra_capacity)
     run_decode(dc, kc, h_queue(), &o, &lse);
     castle_kv_cache_destroy(kc);
 
-    /* against the forward pass over the whole sequence, on the device and in fp64 */
+    /* against the forward pass over the whole sequence on the device (against the fp64 reference:
+       test_conformance_decode, the same cases) */
     float *fo, *fl;
     run_forward(c, 0, &fo, &fl);
     const size_t n = c->B * c->H * c->L * c->d, nl = c->B * c->H * c->L;
-    double *ro = malloc(n * sizeof(double)), *rl = malloc(nl * sizeof(double));
-    ck_assert(ro && rl);
-    reference(c, c->L, ro, rl, NULL, NULL, NULL);
-    const double ef = rel_err_f(o, fo, n), er = rel_err(o, ro, n, 1.0);
-    const double lf = lse ? rel_err_f(lse, fl, nl) : 0, lr = lse ? rel_err(lse, rl, nl, 1.0) : 0;
-    verbose("decode", c, "vs forward: o %.3g lse %.3g; vs reference: o %.3g", ef, lf, er);
+    const double ef = rel_err_f(o, fo, n), lf = lse ? rel_err_f(lse, fl, nl) : 0;
+    verbose("decode", c, "vs forward: o %.3g lse %.3g%.0f", ef, lf, 0);
     ck_assert_msg(ef <= CAUSAL_TOL && lf <= CAUSAL_TOL,
                   "L=%zu d=%zu P=%zu chunk=%zu: against the forward o %.3g lse %.3g", c->L, c->d, dc->P, dc->chunk, ef,
                   lf);
-    ck_assert_msg(er <= CAUSAL_TOL && lr <= CAUSAL_TOL,
-                  "L=%zu d=%zu P=%zu chunk=%zu: against the reference o %.3g lse %.3g", c->L, c->d, dc->P, dc->chunk,
-                  er, lr);
     free(o);
     free(lse);
     free(fo);
     free(fl);
-    free(ro);
-    free(rl);
 }
 
-START_TEST(test_decode_invariant) { check_decode(&dec_cases[_i], _i % 2 ? 0 : 9); }
+START_TEST(test_decode_invariant)
+{
+    const dec_case dc = dec_of(&conf_causal_decode_cases[_i]);
+    check_decode(&dc, _i % 2 ? 0 : 9);
+}
 END_TEST
 
 /* A long cache with few heads: a single-token decode splits the keys among work-groups (and each
@@ -861,19 +752,19 @@ Suite *causal_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("forward");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_forward_shapes, 0, NFWD);
-    tcase_add_loop_test(tc, test_forward_large, 0, 2);
+    CONFORMANCE_LOOP(tc, test_conformance_forward, CONF_CAUSAL_FORWARD);
     tcase_add_test(tc, test_forward_window_ignored);
     tcase_add_loop_test(tc, test_forward_causality, 0, NPOISON_ROWS);
     suite_add_tcase(s, tc);
     tc = tcase_create("backward");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_backward_shapes, 0, NBWD);
+    CONFORMANCE_LOOP(tc, test_conformance_backward, CONF_CAUSAL_BACKWARD);
     tcase_add_test(tc, test_backward_reproducible);
     suite_add_tcase(s, tc);
     tc = tcase_create("decode");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_decode_invariant, 0, NDEC);
+    CONFORMANCE_LOOP(tc, test_conformance_decode, CONF_CAUSAL_DECODE);
+    tcase_add_loop_test(tc, test_decode_invariant, 0, (int)conf_ncausal_decode_cases);
     tcase_add_test(tc, test_decode_long);
     tcase_add_test(tc, test_decode_out_of_order);
     tcase_add_loop_test(tc, test_decode_causality, 0, 2);

@@ -2,7 +2,7 @@
  * stderr go to files in a temporary directory and are read back.
  *
  *   forward   inputs written from h_value, outputs compared with the fp64 reference per (b, h)
- *             slice (tests/tolerance.h measure), for the default, --window and --scale;
+ *             slice (conformance/tolerance.h measure), for the default, --window and --scale;
  *   --repeat  prints median_ms=<positive> clock=device|host;
  *   random    shape, range, determinism per seed;
  *   errors    malformed .npy inputs (crafted byte by byte here), usage errors (--scale inf, a
@@ -314,7 +314,7 @@ static const fwd_variant variants[] = {
     {"--scale", "0.4", 0, 0.4, true},
 };
 
-/* Per (b, h) slice: max |got - ref| / max(1, max |ref|) (tests/tolerance.h), the worst slice. */
+/* Per (b, h) slice: max |got - ref| / max(1, max |ref|) (conformance/tolerance.h), the worst slice. */
 static double worst_slice_err(const float *got, const double *ref, size_t slices, size_t len, bool *finite)
 {
     double worst = 0;
@@ -429,7 +429,7 @@ START_TEST(test_repeat_prints_median)
 }
 END_TEST
 
-/* backward: the six gradients of sum(dO * O) against the fp64 reference (tests/tolerance.h). */
+/* backward: the six gradients of sum(dO * O) against the fp64 reference (conformance/tolerance.h). */
 START_TEST(test_backward_matches_reference)
 {
     const size_t shape[4] = {1, 2, 45, 8};
@@ -477,7 +477,7 @@ START_TEST(test_backward_matches_reference)
         npy_array a;
         read_npy(path, &a);
         ck_assert_msg(a.ndim == 4 && !memcmp(a.shape, shape, sizeof shape), "%s has the wrong shape", file);
-        double e = 0, m = 1e-3; /* the gradient measure of tests/tolerance.h */
+        double e = 0, m = 1e-3; /* the gradient measure of conformance/tolerance.h */
         for (size_t i = 0; i < n; ++i) {
             ck_assert_msg(isfinite(a.data[i]), "%s: non-finite entry", file);
             e = fmax(e, fabs((double)a.data[i] - ref[(size_t)k * n + i]));

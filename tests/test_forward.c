@@ -1,4 +1,7 @@
-/* castle_forward on the OpenCL device (CASTLE_DEVICE) against the fp64 recurrent reference. */
+/* castle_forward on the OpenCL device (CASTLE_DEVICE) against the fp64 recurrent reference: the
+ * conformance table's forward cases, then properties (causality, reproducibility, windows), other
+ * tunings and the folded schedule. */
+#include "conformance_check.h"
 #include "harness.h"
 #include "tolerance.h"
 
@@ -10,37 +13,8 @@
 
 
 
-static void check_case(const h_fwd_case *c, double tol)
-{
-    castle_context *ctx = h_context();
-    ck_assert_msg(ctx, "no device: %s", castle_last_error());
-    h_fwd_out out;
-    castle_status st = h_run_forward(ctx, h_queue(), c, true, false, &out);
-    ck_assert_msg(st == CASTLE_SUCCESS, "forward failed: %s", castle_last_error());
-    if (getenv("CASTLE_TEST_VERBOSE"))
-        fprintf(stderr, "B=%zu H=%zu L=%zu d=%zu W=%ld layout=%d mag=%g: err_o=%.3g err_lse=%.3g\n", c->B, c->H,
-                c->L, c->d, c->W, (int)c->layout, c->mag, out.err_o, out.err_lse);
-    ck_assert_msg(out.guards_ok, "a guard region or an input changed (L=%zu d=%zu W=%ld layout=%d)", c->L, c->d, c->W,
-                  (int)c->layout);
-    ck_assert_msg(out.finite, "non-finite output (L=%zu d=%zu W=%ld)", c->L, c->d, c->W);
-    ck_assert_msg(out.err_o <= tol && out.err_lse <= tol,
-                  "L=%zu d=%zu W=%ld layout=%d mag=%g: err_o=%.3g err_lse=%.3g > tol %.3g", c->L, c->d, c->W,
-                  (int)c->layout, c->mag, out.err_o, out.err_lse, tol);
-}
-
-START_TEST(test_shapes) { check_case(&h_shapes[_i], FORWARD_TOL); }
-END_TEST
-
-/* Entries of size 10 and more: scores in the thousands, saturated gates; outputs stay finite. */
-START_TEST(test_large_magnitude)
-{
-    static const h_fwd_case big[] = {
-        {2, 2, 65, 64, 0, H_BHLD, 10, 0, 101},
-        {1, 2, 130, 33, 3, H_BLHD, 10, 0, 102},
-        {1, 1, 257, 128, 0, H_BHLD, 20, 0, 103},
-    };
-    check_case(&big[_i], LARGE_TOL);
-}
+/* The conformance table's forward cases (conformance/table.c: the shapes, then large magnitudes). */
+START_TEST(test_shapes) { conformance_check(CONF_FORWARD, _i); }
 END_TEST
 
 static void run_keep(const h_fwd_case *c, h_fwd_out *out)
@@ -175,11 +149,7 @@ Suite *forward_suite(void)
     Suite *s = suite_create("forward");
     TCase *tc = tcase_create("shapes");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, test_shapes, 0, (int)h_nshapes);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("large");
-    tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_large_magnitude, 0, 3);
+    CONFORMANCE_LOOP(tc, test_shapes, CONF_FORWARD);
     suite_add_tcase(s, tc);
     tc = tcase_create("properties");
     tcase_set_timeout(tc, 300);

@@ -1,4 +1,4 @@
-/* Tests of the double-precision CASTLE reference (tests/ref.c) against the definition in
+/* Tests of the double-precision CASTLE reference (conformance/ref.c) against the definition in
  * docs/algorithm.md: recurrent vs parallel form, hand-computed cases, gradients vs central finite
  * differences, and the UQ-KV prefill cache vs a naive evaluation of its definition.
  * Set REF_TEST_VERBOSE=1 in the environment to print the worst error of every check. */

@@ -1,4 +1,4 @@
-/* Tests of the O(L^2 d) gradients (tests/ref_grad.c) against the O(L^3) ref_backward, which
+/* Tests of the O(L^2 d) gradients (conformance/ref_grad.c) against the O(L^3) ref_backward, which
  * tests/test_ref.c proves against finite differences, plus a directional finite-difference check
  * at a length ref_backward is not run on, argument handling, and a timing run at L = 1024.
  * Set REF_TEST_VERBOSE=1 to print the errors and, in addition, to measure the fp32-vs-fp64

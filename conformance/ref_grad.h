@@ -1,6 +1,6 @@
 /* libcastle test reference: CASTLE gradients in O(L^2 d) time and O(L d) memory, in fp64 and fp32.
  *
- * Same loss, arguments and conventions as ref_backward (tests/ref.h): one batch entry, one head,
+ * Same loss, arguments and conventions as ref_backward (conformance/ref.h): one batch entry, one head,
  * every matrix row-major L x d contiguous; W = 0 is full CASTLE, W >= 1 CASTLE-SWL; sc is the
  * scale. The outputs are the gradients of sum_{t,c} dout[t,c] * O[t,c] with respect to
  * qu, ku, vu, qc, kc, vc, overwritten (not accumulated). Return 0 on success, -1 on failure
@@ -11,7 +11,7 @@
  * float: the inputs (and sc) are rounded to float first, every operation and accumulation is in
  * float (expf, logf), and the float results are converted to double at the end. It is "a float32
  * evaluation of the same gradients", the yardstick for the device backward's error at long L.
- * The source (tests/ref_grad.inc) is one body compiled twice from ref_grad.c.
+ * The source (conformance/ref_grad.inc) is one body compiled twice from ref_grad.c.
  *
  * Scheme (t = query row, s = key row, j = lookahead token; docs/algorithm.md sections 1, 2, 4). Two passes:
  *

@@ -1,6 +1,6 @@
 /* Tolerances for the OpenCL float32 results against the fp64 reference, stated once.
  *
- * Error measure (tests/harness.c): max |got - ref| over a tensor, divided by max(1, max |ref|).
+ * Error measure (conformance/harness.c): max |got - ref| over a tensor, divided by max(1, max |ref|).
  * O is a convex combination of VC rows, so its error scales with the size of VC, not with each
  * element; lse is normalised the same way.
  *

@@ -1,5 +1,7 @@
-/* Shared test helpers: the device under test, data generation, guarded device buffers, and the
- * forward case driver used by the correctness suites (and by castle-info's self-test). */
+/* The conformance harness: the device under test, data generation, guarded device buffers, and the
+ * case drivers (forward, backward, and the causal baseline's) that run one case on a device and
+ * measure it against the fp64 reference.  Part of the castle_conformance library, used by the test
+ * suites, castle-conformance, castle-info's self-test and castle-tune. */
 #ifndef CASTLE_TESTS_HARNESS_H
 #define CASTLE_TESTS_HARNESS_H
 
@@ -61,11 +63,6 @@ typedef struct h_fwd_out {
     float *grad[6];        /* logical (B, H, L, d) gradients, if keep was set (backward) */
 } h_fwd_out;
 
-/* The conformance table shared by the forward and backward suites: every L of the issue's list
-   (1 .. 1000) meets several d (1 .. 256), windows (0, 1, 3, block, 100, > L) and layouts. */
-extern const h_fwd_case h_shapes[];
-extern const size_t h_nshapes;
-
 /* A value planted by h_run_forward and h_run_backward in input `tensor` (0..5 = QU..VC as
    CASTLE_TENSOR_*, 6 = dO) at token `row` of every batch entry, head and column, in what the device
    sees and in the references' inputs; tensor < 0 (the initial value): none.  For the causality
@@ -94,6 +91,14 @@ castle_status h_run_forward(castle_context *ctx, cl_command_queue queue, const h
    `ref` (forward outputs with the recurrent reference when ref != H_GRAD_NONE). */
 castle_status h_run_backward(castle_context *ctx, cl_command_queue queue, const h_fwd_case *c, h_grad_ref ref,
                              bool keep, h_fwd_out *out);
+/* Standard causal attention (castle_causal_forward, then castle_causal_backward with dO) on QC, KC, VC
+   of case c (W ignored), against ref_causal_forward / ref_causal_backward: err_o, err_lse, and the
+   gradients dq, dk, dv in err_grad[3..5] measured as max |got - ref| / max(0.1, max |ref|)
+   (conformance/tolerance.h, CAUSAL_GRAD_TOL). */
+castle_status h_run_causal_forward(castle_context *ctx, cl_command_queue queue, const h_fwd_case *c, bool keep,
+                                   h_fwd_out *out);
+castle_status h_run_causal_backward(castle_context *ctx, cl_command_queue queue, const h_fwd_case *c, bool keep,
+                                    h_fwd_out *out);
 void h_fwd_out_free(h_fwd_out *out);
 
 #endif

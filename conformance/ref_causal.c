@@ -1,4 +1,4 @@
-/* fp64 reference of standard causal attention (tests/ref_causal.h). */
+/* fp64 reference of standard causal attention (conformance/ref_causal.h). */
 #include "ref_causal.h"
 
 #include <math.h>
