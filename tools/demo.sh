@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf '\n== %s\n' "$*"; }
 
-pkgs="build-essential cmake pkg-config ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo check oclgrind python3 python3-numpy python3-pytest python3-torch python3-matplotlib python3-pyopencl python3-venv libopenblas0-pthread"
+pkgs="build-essential cmake pkg-config ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo check oclgrind mesa-opencl-icd python3 python3-numpy python3-pytest python3-torch python3-matplotlib python3-pyopencl python3-venv libopenblas0-pthread"
 missing=$(dpkg-query -W -f='${Package} ${Status}\n' $pkgs 2>/dev/null | grep -vc "install ok installed" || true)
 if [ "$missing" != 0 ] || ! dpkg-query -W $pkgs >/dev/null 2>&1; then
     say "Installing the packages libcastle needs with apt-get (a few minutes on a fresh machine): $pkgs"
