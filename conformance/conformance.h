@@ -92,4 +92,8 @@ castle_status conf_run_decode(castle_context *ctx, const conf_dec_case *c, float
 castle_status conf_run_causal_decode(castle_context *ctx, cl_command_queue q, const conf_causal_dec_case *c,
                                      size_t extra_cap, float *o, float *lse, bool *guards_ok);
 
+/* The error measure of conformance/tolerance.h: max |got - ref| / max(floor, max |ref|) over n
+   elements; INFINITY when got has a non-finite entry. */
+double conf_rel_err(const float *got, const double *ref, size_t n, double floor);
+
 #endif

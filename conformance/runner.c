@@ -96,8 +96,7 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* max |got - ref| / max(floor, max |ref|) over n; INFINITY with a non-finite entry. */
-static double rel_err(const float *got, const double *ref, size_t n, double floor)
+double conf_rel_err(const float *got, const double *ref, size_t n, double floor)
 {
     double e = 0, m = floor;
     for (size_t i = 0; i < n; ++i) {
@@ -155,6 +154,19 @@ static castle_status run_fwd(castle_context *ctx, conf_op op, const h_fwd_case *
     return CASTLE_SUCCESS;
 }
 
+/* The verdict of a decode case from its errors on O and lse. */
+static castle_status verdict(conf_result *r, double tol, bool guards, double eo, double el)
+{
+    r->tol = tol;
+    r->err = fmax(eo, el);
+    if (!guards)
+        snprintf(r->why, sizeof r->why, "a guard region around a call's buffers or an input was written");
+    else if (!(r->err <= r->tol))
+        snprintf(r->why, sizeof r->why, "error O %.3g lse %.3g > tolerance %.3g", eo, el, r->tol);
+    r->pass = !r->why[0];
+    return CASTLE_SUCCESS;
+}
+
 /* The UQ-KV cache: every output of the sequence against ref_forward_recurrent over its length. */
 static castle_status run_dec(castle_context *ctx, const conf_dec_case *c, conf_result *r)
 {
@@ -178,9 +190,9 @@ static castle_status run_dec(castle_context *ctx, const conf_dec_case *c, conf_r
                                              x + 3 * L * d, x + 4 * L * d, x + 5 * L * d, ro, rl))
                 st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
             if (!st) {
-                eo = fmax(eo, rel_err(o + bh * cap * d, ro, L * d, 1.0));
+                eo = fmax(eo, conf_rel_err(o + bh * cap * d, ro, L * d, 1.0));
                 if (c->with_lse)
-                    el = fmax(el, rel_err(lse + bh * cap, rl, L, 1.0));
+                    el = fmax(el, conf_rel_err(lse + bh * cap, rl, L, 1.0));
             }
             free(x);
             free(ro);
@@ -190,14 +202,7 @@ static castle_status run_dec(castle_context *ctx, const conf_dec_case *c, conf_r
     free(lse);
     if (st)
         return st;
-    r->tol = DECODE_TOL;
-    r->err = fmax(eo, el);
-    if (!guards)
-        snprintf(r->why, sizeof r->why, "a guard region around a call's buffers or an input was written");
-    else if (!(r->err <= r->tol))
-        snprintf(r->why, sizeof r->why, "error O %.3g lse %.3g > tolerance %.3g", eo, el, r->tol);
-    r->pass = !r->why[0];
-    return CASTLE_SUCCESS;
+    return verdict(r, DECODE_TOL, guards, eo, el);
 }
 
 /* The causal baseline's KV cache: every output against ref_causal_forward over the whole sequence. */
@@ -221,9 +226,9 @@ static castle_status run_causal_dec(castle_context *ctx, const conf_causal_dec_c
                                                                     bh % c->H, i / d, i % d));
         if (ref_causal_forward((int)L, (int)d, sc, x, x + L * d, x + 2 * L * d, ro, rl))
             st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
-        eo = fmax(eo, rel_err(o + bh * L * d, ro, L * d, 1.0));
+        eo = fmax(eo, conf_rel_err(o + bh * L * d, ro, L * d, 1.0));
         if (dc->with_lse)
-            el = fmax(el, rel_err(lse + bh * L, rl, L, 1.0));
+            el = fmax(el, conf_rel_err(lse + bh * L, rl, L, 1.0));
     }
     free(o);
     free(lse);
@@ -232,14 +237,7 @@ static castle_status run_causal_dec(castle_context *ctx, const conf_causal_dec_c
     free(rl);
     if (st)
         return st;
-    r->tol = c->mag > 1 ? CAUSAL_LARGE_TOL : CAUSAL_TOL;
-    r->err = fmax(eo, el);
-    if (!guards)
-        snprintf(r->why, sizeof r->why, "a guard region around a call's buffers or an input was written");
-    else if (!(r->err <= r->tol))
-        snprintf(r->why, sizeof r->why, "error O %.3g lse %.3g > tolerance %.3g", eo, el, r->tol);
-    r->pass = !r->why[0];
-    return CASTLE_SUCCESS;
+    return verdict(r, c->mag > 1 ? CAUSAL_LARGE_TOL : CAUSAL_TOL, guards, eo, el);
 }
 
 castle_status conf_run(castle_context *ctx, conf_op op, size_t i, conf_result *r)

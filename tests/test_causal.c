@@ -202,18 +202,7 @@ static void reference(const cz_case *c, size_t L, double *o, double *lse, double
     free(rl);
 }
 
-/* max |got - ref| / max(floor, max |ref|); INFINITY if got has a non-finite entry. */
-static double rel_err(const float *got, const double *ref, size_t n, double floor)
-{
-    double e = 0, m = floor;
-    for (size_t i = 0; i < n; ++i) {
-        if (!isfinite(got[i]))
-            return INFINITY;
-        e = fmax(e, fabs((double)got[i] - ref[i]));
-        m = fmax(m, fabs(ref[i]));
-    }
-    return e / m;
-}
+#define rel_err conf_rel_err /* conformance/conformance.h */
 
 /* The same measure between two float arrays (the second one as the reference). */
 static double rel_err_f(const float *got, const float *ref, size_t n)
