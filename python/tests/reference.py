@@ -18,7 +18,7 @@ def tolerance(name):
 
 
 def err(got, ref, floor=1.0):
-    """max |got - ref| / max(floor, max |ref|), the measure of tests/harness.c."""
+    """max |got - ref| / max(floor, max |ref|), the measure of conformance/harness.c."""
     got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     return float(np.max(np.abs(got - ref)) / max(floor, float(np.max(np.abs(ref)))))
 
