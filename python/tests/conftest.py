@@ -8,5 +8,5 @@ def rng():
 
 
 def six(rng, shape):
-    """Six float32 inputs uniform in [-1, 1] (the range tests/tolerance.h's bounds are for)."""
+    """Six float32 inputs uniform in [-1, 1] (the range conformance/tolerance.h's bounds are for)."""
     return [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(6)]

@@ -1,13 +1,13 @@
 """float64 NumPy references, independent of the library: CASTLE by its recurrent definition and by
 its parallel form (docs/algorithm.md sections 1 and 2), causal softmax attention, and the tolerances of
-tests/tolerance.h (read from that file, so they are stated once)."""
+conformance/tolerance.h (read from that file, so they are stated once)."""
 
 import os
 import re
 
 import numpy as np
 
-_TOL_H = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "tolerance.h")
+_TOL_H = os.path.join(os.path.dirname(__file__), "..", "..", "conformance", "tolerance.h")
 
 
 def tolerance(name):
