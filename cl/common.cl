@@ -14,7 +14,13 @@
 #define DT 32           /* columns of d staged through local memory per step */
 #endif
 #ifndef VW
-#define VW 8            /* SIMD width of the dot products: 1, 4, 8 or 16; divides BLK and DT */
+#define VW 8            /* SIMD width of a micro-tile column vector: 1, 4, 8 or 16 */
+#endif
+#ifndef TM
+#define TM 1            /* rows of a work-item's micro-tile: 1, 2, 4 or 8; divides BLK */
+#endif
+#ifndef TN
+#define TN 1            /* vectors per micro-tile row: 1, 2, 4 or 8; TN x VW divides BLK and DT */
 #endif
 
 #define TS (DT + 1)     /* padded row stride of a BLK x DT tile in local memory */
@@ -99,6 +105,142 @@ inline float vmax(float16 v)
 #error "VW must divide BLK and DT"
 #endif
 #define VFALSE ((vint)0)
+
+/* ---- Register micro-tiles (castle.h "Tuning"; CLBlast xgemm's MWI x NWI) ----------------------
+   A product C = A B of a block pair is split into micro-tiles of TM rows x TN vectors of VW columns,
+   one per work-item at a time, held in registers as acc[i * TN + j] (i < TM, j < TN; indices are
+   compile-time constants once the loops unroll).  Both operands are staged k-major in local memory:
+   a[kk * as + r] is entry (r, kk) of A, b[kk * bs + c] entry (kk, c) of B, so that one step of the
+   contraction loads the tile's TM values of A and TN x VW values of B as vectors, once each, and
+   does TM x TN vector FMAs with them.  On a matrix unit one micro-tile can become one fragment
+   (mma.sync and its kin) behind the same calls. */
+#define MT_COLS (TN * VW)  /* columns of a micro-tile */
+#define MT_ACC (TM * TN)   /* vfloat accumulators of a micro-tile */
+#if (BLK % TM) != 0 || (BLK % MT_COLS) != 0 || (DT % MT_COLS) != 0
+#error "TM must divide BLK, TN x VW must divide BLK and DT"
+#endif
+/* First row and first column of micro-tile u of a matrix with ncols columns (tiles row by row). */
+#define MT_ROW0(u, ncols) (((u) / ((ncols) / MT_COLS)) * TM)
+#define MT_COL0(u, ncols) (((u) % ((ncols) / MT_COLS)) * MT_COLS)
+
+/* n consecutive floats at p into x[0 .. n), one vector load (n = 1, 2, 4, 8 or 16). */
+#define MT_UNPACK2(x, v) ((x)[0] = (v).s0, (x)[1] = (v).s1)
+#define MT_UNPACK4(x, v) (MT_UNPACK2((x), (v).lo), MT_UNPACK2((x) + 2, (v).hi))
+#define MT_UNPACK8(x, v) (MT_UNPACK4((x), (v).lo), MT_UNPACK4((x) + 4, (v).hi))
+#define MT_UNPACK16(x, v) (MT_UNPACK8((x), (v).lo), MT_UNPACK8((x) + 8, (v).hi))
+#define MT_LOADN_(n, x, p) MT_LOADN_##n(x, p)
+#define MT_LOADN(n, x, p) MT_LOADN_(n, x, p)
+#define MT_LOADN_1(x, p) ((x)[0] = (p)[0])
+#define MT_LOADN_2(x, p) MT_UNPACK2((x), vload2(0, (p)))
+#define MT_LOADN_4(x, p) MT_UNPACK4((x), vload4(0, (p)))
+#define MT_LOADN_8(x, p) MT_UNPACK8((x), vload8(0, (p)))
+#define MT_LOADN_16(x, p) MT_UNPACK16((x), vload16(0, (p)))
+
+/* The micro-tile's fragments at one contraction step: TM values of A (column kk), TN vectors of B. */
+__attribute__((always_inline)) inline void mt_frag_a(float *x, __local const float *a) { MT_LOADN(TM, x, a); }
+__attribute__((always_inline)) inline void mt_frag_b(vfloat *y, __local const float *b)
+{
+#if VW == 1
+    MT_LOADN(TN, y, b);
+#else
+    for (int j = 0; j < TN; ++j)
+        y[j] = VLOAD(b + j * VW);
+#endif
+}
+
+/* acc[0 .. MT_ACC) = 0. */
+__attribute__((always_inline)) inline void mt_zero(vfloat *acc)
+{
+    for (int e = 0; e < MT_ACC; ++e)
+        acc[e] = (vfloat)(0.0f);
+}
+
+/* y += x b[0 .. MT_COLS): the TM x TN outer product of one contraction step, for the rows i >= i0 of
+   the tile (i0 a compile-time constant once unrolled). */
+__attribute__((always_inline)) inline void mt_step_from(vfloat *y, const float *x, __local const float *b,
+                                                        const int i0)
+{
+    vfloat v[TN];
+    mt_frag_b(v, b);
+#pragma unroll
+    for (int i = i0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+            y[i * TN + j] += x[i] * v[j];
+}
+
+/* One contraction step with the A fragment already loaded: acc += x b[0 .. MT_COLS). */
+__attribute__((always_inline)) inline void mt_step(vfloat *acc, const float *x, __local const float *b)
+{
+    mt_step_from(acc, x, b, 0);
+}
+
+/* acc += sum_{0 <= kk < k1} A[:, kk] B[kk, :] for the micro-tile whose A rows start at a and B
+   columns at b (k-major operands, strides as and bs).  The even and the odd kk are summed apart and
+   then added, (even + odd), to acc: two FMA chains, and the order every product of a block pair has
+   always had (cl/backward.cl recomputes the forward's scores in exactly this order).  Rows i of the
+   Called with k1 = BLK or DT. */
+__attribute__((always_inline)) inline void mt_product(vfloat *acc, __local const float *a, const int as,
+                                                      __local const float *b, const int bs, const int k1)
+{
+    vfloat y0[MT_ACC], y1[MT_ACC];
+    mt_zero(y0);
+    mt_zero(y1);
+    int kk = 0;
+    for (; kk + 1 < k1; kk += 2) {
+        float x0[TM], x1[TM];
+        mt_frag_a(x0, a + kk * as);
+        mt_step(y0, x0, b + kk * bs);
+        mt_frag_a(x1, a + (kk + 1) * as);
+        mt_step(y1, x1, b + (kk + 1) * bs);
+    }
+    if (kk < k1) { /* k1 odd: kk = k1 - 1 is even */
+        float x0[TM];
+        mt_frag_a(x0, a + kk * as);
+        mt_step(y0, x0, b + kk * bs);
+    }
+    for (int e = 0; e < MT_ACC; ++e)
+        acc[e] += y0[e] + y1[e];
+}
+
+/* As mt_product over a lower-triangular A whose rows and contraction index share one block: the
+   micro-tile's row row0 + i takes only the terms kk <= row0 + i.  Terms above the diagonal are
+   skipped, never multiplied by a zero, so nothing from a later row (a NaN, an Inf) reaches an earlier
+   one; and the work above the diagonal is not done.  For finite inputs the result is bitwise that of
+   mt_product over the whole block (the skipped terms are exact zeros). */
+__attribute__((always_inline)) inline void mt_product_lower(vfloat *acc, __local const float *a, const int as,
+                                                            __local const float *b, const int bs, const int row0)
+{
+    vfloat y0[MT_ACC], y1[MT_ACC];
+    mt_zero(y0);
+    mt_zero(y1);
+    int kk = 0;
+    for (; kk + 1 < row0; kk += 2) {
+        float x0[TM], x1[TM];
+        mt_frag_a(x0, a + kk * as);
+        mt_step(y0, x0, b + kk * bs);
+        mt_frag_a(x1, a + (kk + 1) * as);
+        mt_step(y1, x1, b + (kk + 1) * bs);
+    }
+    if (kk < row0) {
+        float x0[TM];
+        mt_frag_a(x0, a + kk * as);
+        mt_step(y0, x0, b + kk * bs);
+    }
+#pragma unroll
+    for (int q = 0; q < TM; ++q) { /* the diagonal: row row0 + i takes kk = row0 + q for i >= q */
+        const int k = row0 + q;
+        float x[TM];
+        mt_frag_a(x, a + k * as);
+        if (k & 1)
+            mt_step_from(y1, x, b + k * bs, q);
+        else
+            mt_step_from(y0, x, b + k * bs, q);
+    }
+    for (int e = 0; e < MT_ACC; ++e)
+        acc[e] += y0[e] + y1[e];
+}
+
 /* Lane-wise comparisons: all bits set (vectors) or 1 (scalars) where true; combine with & and |. */
 #define VISLESS(a, b) isless((a), (b))
 #define VISLESSEQ(a, b) islessequal((a), (b))

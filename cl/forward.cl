@@ -13,29 +13,27 @@
  * ML (BH x Lpad x 2: running max m and sum l per row).
  * Row block i is finished at k = i by work-group j = 0, which writes O = acc / l and lse = m + log l. */
 
-#if (NT % BLK) != 0 || ((BLK * BLK) % NT) != 0 || ((BLK * DT) % NT) != 0 || NT < BLK
-#error "forward.cl: NT must be a multiple of BLK that divides BLK*BLK and BLK*DT"
+#if (NT % BLK) != 0 || NT < BLK
+#error "forward.cl: NT must be a multiple of BLK"
 #endif
 
-/* Mapping.  Every BLK x BLK matrix of a block pair is split into units of one row x VW consecutive
-   columns, and every BLK x DT slab of outputs into units of one row x VW columns of d; work-item lid
-   owns units lid + m NT.  Each unit is a vector along the dimension that stays contiguous in local
-   memory, so products are broadcast-scalar x vector FMAs: SIMD on CPUs without reassociating a sum,
-   plain scalar code on GPUs (VW = 1).  Operands read as vectors are staged "transposed" (contraction
-   index first, stride BLK); operands read as scalars row-major (stride TS). */
-#define FU (BLK * BLK / VW)   /* units of a BLK x BLK matrix */
-#define FUC (BLK * DT / VW)   /* units of a BLK x DT slab */
-#define FQ (BLK / VW)         /* units per row of a BLK x BLK matrix */
-#define FQC (DT / VW)         /* units per row of a BLK x DT slab */
+/* Mapping (common.cl, "Register micro-tiles").  Every BLK x BLK product of a block pair is split into
+   micro-tiles of TM rows x TN vectors of VW columns, and every BLK x DT slab of outputs likewise; work-item
+   lid owns micro-tiles lid + m NT.  Every operand is staged k-major (contraction index first, stride
+   BLK or DT), so one contraction step loads a tile's TM values of A and TN vectors of B once each and
+   reuses them across the TM x TN FMAs.  The CPU mapping (TM = TN = 1, VW = 16) is a broadcast scalar
+   times a 16-wide vector, SIMD without reassociating a sum; the GPU mapping (TM = TN = 4, VW = 1) holds
+   a 4 x 4 tile in registers, two vector loads from local memory per 16 FMAs. */
+#define FU ((BLK / TM) * (BLK / MT_COLS)) /* micro-tiles of a BLK x BLK product */
+#define FUC ((BLK / TM) * (DT / MT_COLS)) /* micro-tiles of a BLK x DT slab */
 #if (FU % NT) != 0 || (FUC % NT) != 0
-#error "forward.cl: NT x VW must divide BLK*BLK and BLK*DT"
+#error "forward.cl: NT x TM x TN x VW must divide BLK*BLK and BLK*DT"
 #endif
-#define FUPT (FU / NT)        /* matrix units per work-item */
-#define FUPC (FUC / NT)       /* slab units per work-item */
+#define FUPT (FU / NT)  /* product micro-tiles per work-item */
+#define FUPC (FUC / NT) /* slab micro-tiles per work-item */
+#define FRV (BLK / VW)  /* vectors of VW rows in a block (the softmax's units) */
 
-#define LM_P1 (2 * BLK * TS + 4 * DT * BLK)
-#define LM_P2 (4 * BLK * BLK + 2 * BLK + 2 * BLK * DT)
-#define LM_SIZE (LM_P1 > LM_P2 ? LM_P1 : LM_P2)
+#define LM_SIZE CASTLE_LM_FORWARD(BLK, DT) /* local_memory.h */
 
 /* The kernels' shared parameters (after the launch index k) and the matching argument list. */
 #define FORWARD_BLOCK_PARAMS \
@@ -63,26 +61,13 @@ inline vfloat lane_index(void)
 #endif
 }
 
-/* sum_c x[c] t[c * BLK .. + VW), c < DT: scalars of a row-major tile row against a transposed tile. */
-__attribute__((always_inline)) inline vfloat row_x_tile(__local const float *x, __local const float *t)
+/* Stores the VW lanes of v as rows c, c + 1, .. of column r of a k-major BLK x BLK matrix. */
+__attribute__((always_inline)) inline void store_column(__local float *m, const int c, const int r, const vfloat v)
 {
-    vfloat y0 = (vfloat)(0.0f), y1 = (vfloat)(0.0f);
-    for (int c = 0; c < DT; c += 2) {
-        y0 += x[c] * VLOAD(t + c * BLK);
-        y1 += x[c + 1] * VLOAD(t + (c + 1) * BLK);
-    }
-    return y0 + y1;
-}
-
-/* sum_q w[q] t[q * ts .. + VW), q < BLK: a row of weights against the rows of a tile (row stride ts). */
-__attribute__((always_inline)) inline vfloat weights_x_rows(__local const float *w, __local const float *t, int ts)
-{
-    vfloat y0 = (vfloat)(0.0f), y1 = (vfloat)(0.0f);
-    for (int q = 0; q < BLK; q += 2) {
-        y0 += w[q] * VLOAD(t + q * ts);
-        y1 += w[q + 1] * VLOAD(t + (q + 1) * ts);
-    }
-    return y0 + y1;
+    float e[VW];
+    VLANES(v, e);
+    for (int q = 0; q < VW; ++q)
+        m[(c + q) * BLK + r] = e[q];
 }
 
 /* The block pair (i = j + k, j) of batch entry x head bh, computed by the whole work-group. */
@@ -97,8 +82,8 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     const int smax = min(s0 + BLK, L) - 1;
     /* G[T_j, T_i] is identically zero once T_i starts beyond the window of T_j's last row. */
     const bool gate = (W == 0) || (t0 <= smax + W);
-    const bool need_d = k > 0; /* D_j^(0) = 0 */
-    const bool need_x = gate && k == 0;
+    const bool need_d = k > 0;            /* D_j^(0) = 0 */
+    const bool need_x = gate && k == 0;   /* X[T_i, T_i] is computed at k = 0, read back later */
     const vfloat lane = lane_index();
 
     __global const float *pqu = qu + tensor_offset(squ, b, h, 0);
@@ -109,160 +94,190 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     __global const float *pvc = vc + tensor_offset(svc, b, h, 0);
     __global float *D = ws + (ulong)bh * Lpad * d;
     __global float *Dlo = ws + ws_dlo + (ulong)bh * Lpad * d;
-    __global float *X = ws + ws_x + ((ulong)bh * N + i) * (BLK * BLK);
+    __global float *X = ws + ws_x + ((ulong)bh * N + i) * (BLK * BLK); /* row-major (t, j'): backward.cl reads it */
     __global float *ML = ws + ws_ml + (ulong)bh * Lpad * 2;
 
-    /* Phase 1: the BLK x BLK x d products, d staged through local memory in chunks of DT. */
-    vfloat s1[FUPT], s2[FUPT], gl[FUPT], xv[FUPT];
-    for (int m = 0; m < FUPT; ++m)
-        s1[m] = s2[m] = gl[m] = xv[m] = (vfloat)(0.0f);
-    __local float *tQC = lm, *tQU = lm + BLK * TS; /* row-major BLK x TS */
-    __local float *tKC = lm + 2 * BLK * TS, *tD = tKC + DT * BLK, *tKU = tD + DT * BLK, *tVU = tKU + DT * BLK;
+    /* Phase 1: the BLK x BLK x d products, d staged through local memory in chunks of DT:
+         s1 = QC[T_i] KC[T_j]^T,  sx = QC[T_i] D_j (k > 0) or QC[T_i] VU[T_i]^T (k = 0),
+         gl = QU[T_j] KU[T_i]^T. */
+    vfloat s1[FUPT][MT_ACC], sx[FUPT][MT_ACC], gl[FUPT][MT_ACC];
+    for (int m = 0; m < FUPT; ++m) {
+        mt_zero(s1[m]);
+        mt_zero(sx[m]);
+        mt_zero(gl[m]);
+    }
+    __local float *tQC = lm, *tQU = lm + BLK * DT, *tKC = lm + 2 * BLK * DT; /* k-major: [c * BLK + row] */
+    __local float *tDV = lm + 3 * BLK * DT, *tKU = lm + 4 * BLK * DT;          /* tDV: D_j or VU[T_i] */
     for (int c0 = 0; c0 < d; c0 += DT) {
-        load_tile(tQC, pqc, sqc.z, t0, L, c0, d);
+        load_tile_tb(tQC, pqc, sqc.z, t0, L, c0, d);
         load_tile_tb(tKC, pkc, skc.z, s0, L, c0, d);
         if (need_d)
-            load_tile_tb(tD, D, (ulong)d, s0, L, c0, d);
+            load_tile_tb(tDV, D, (ulong)d, s0, L, c0, d);
+        else if (need_x)
+            load_tile_tb(tDV, pvu, svu.z, t0, L, c0, d);
         if (gate) {
-            load_tile(tQU, pqu, squ.z, s0, L, c0, d);
+            load_tile_tb(tQU, pqu, squ.z, s0, L, c0, d);
             load_tile_tb(tKU, pku, sku.z, t0, L, c0, d);
         }
-        if (need_x)
-            load_tile_tb(tVU, pvu, svu.z, t0, L, c0, d);
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int m = 0; m < FUPT; ++m) {
-            const int u = lid + m * NT, row = u / FQ, cv = (u % FQ) * VW;
-            s1[m] += row_x_tile(tQC + row * TS, tKC + cv);
-            if (need_d)
-                s2[m] += row_x_tile(tQC + row * TS, tD + cv);
-            if (need_x) /* rows: t in T_i, columns: j' in T_i */
-                xv[m] += row_x_tile(tQC + row * TS, tVU + cv);
+            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            /* one contraction loop per product: a loop with branches inside would be run by PoCL
+               with its loop over work-items inside, the accumulators in memory (2x slower) */
+            mt_product(s1[m], tQC + row0, BLK, tKC + col0, BLK, DT);
+            if (need_d || need_x)
+                mt_product(sx[m], tQC + row0, BLK, tDV + col0, BLK, DT);
             if (gate) /* rows: s in T_j, columns: j' in T_i */
-                gl[m] += row_x_tile(tQU + row * TS, tKU + cv);
+                mt_product(gl[m], tQU + row0, BLK, tKU + col0, BLK, DT);
         }
         /* global fence too: phase 5 overwrites D_j rows that other work-items read here */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     }
 
-    /* Phase 2: the gate block G[T_j, T_i] (row-major and transposed) and the masked X[T_i, T_i]. */
-    __local float *sG = lm, *sGt = lm + BLK * BLK, *sX = lm + 2 * BLK * BLK, *sA = lm + 3 * BLK * BLK;
-    __local float *sAlpha = lm + 4 * BLK * BLK, *sL = sAlpha + BLK;
+    /* Phase 2: the gate block G[T_j, T_i] and the masked X[T_i, T_i], both k-major (transposed). */
+    __local float *sGt = lm, *sXt = lm + BLK * BLK, *sAt = lm + 2 * BLK * BLK; /* [col * BLK + row] */
+    __local float *sAlpha = lm + 3 * BLK * BLK, *sL = sAlpha + BLK;
     __local float *tV = sL + BLK, *tW = tV + BLK * DT; /* row-major BLK x DT */
     if (gate) {
         for (int m = 0; m < FUPT; ++m) {
-            const int u = lid + m * NT, rr = u / FQ, cv = (u % FQ) * VW;
-            const int s = s0 + rr;
-            const vfloat jp = (float)(t0 + cv) + lane; /* j' of each lane */
-            const vfloat sf = (float)s;
-            /* allowed: s < L, j' < L, s < j', and j' <= s + W for CASTLE-SWL */
-            vfloat g = castle_sigmoid_v(sc * gl[m]);
-            g = select((vfloat)(0.0f), g,
-                       VISLESS(jp, (vfloat)(float)L) & VISLESS(sf, jp) &
-                           (W == 0 ? VTRUE : VISLESSEQ(jp, sf + (float)W)));
-            if (s >= L)
-                g = (vfloat)(0.0f);
-            VSTORE(g, sG + rr * BLK + cv);
-            float gs[VW];
-            VLANES(g, gs);
-            for (int e = 0; e < VW; ++e)
-                sGt[(cv + e) * BLK + rr] = gs[e];
-            vfloat x;
-            if (k == 0) { /* rows t = rr, columns j': masked j' <= t, j' < L */
-                x = select((vfloat)(0.0f), sc * xv[m],
-                           VISLESSEQ(lane + (float)cv, (vfloat)(float)rr) & VISLESS(jp, (vfloat)(float)L));
-                VSTORE(x, X + rr * BLK + cv);
-            } else {
-                x = VLOAD(X + rr * BLK + cv);
+            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            for (int e = 0; e < MT_ACC; ++e) {
+                const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+                const int s = s0 + rr;
+                const vfloat jp = (float)(t0 + cv) + lane; /* j' of each lane */
+                const vfloat sf = (float)s;
+                /* allowed: s < L, j' < L, s < j', and j' <= s + W for CASTLE-SWL */
+                vfloat g = castle_sigmoid_v(sc * gl[m][e]);
+                g = select((vfloat)(0.0f), g,
+                           VISLESS(jp, (vfloat)(float)L) & VISLESS(sf, jp) &
+                               (W == 0 ? VTRUE : VISLESSEQ(jp, sf + (float)W)));
+                if (s >= L)
+                    g = (vfloat)(0.0f);
+                store_column(sGt, cv, rr, g);
+                if (k == 0) { /* rows t = rr, columns j': masked j' <= t, j' < L */
+                    const vfloat x = select((vfloat)(0.0f), sc * sx[m][e],
+                                            VISLESSEQ(lane + (float)cv, (vfloat)(float)rr) &
+                                                VISLESS(jp, (vfloat)(float)L));
+                    store_column(sXt, cv, rr, x);
+                    VSTORE(x, X + rr * BLK + cv);
+                }
             }
-            VSTORE(x, sX + rr * BLK + cv);
+        }
+        if (k > 0)
+            for (int e = lid; e < BLK * BLK; e += NT)
+                sXt[(e % BLK) * BLK + e / BLK] = X[e];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* Phase 3: SU = sc QC D_j + (X masked j' <= t) G^T and the scores A[T_i, T_j] (rows t, columns
+       s), stored transposed.  The X G^T product stops at the diagonal (mt_product_lower). */
+    for (int m = 0; m < FUPT; ++m) {
+        const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+        vfloat su[MT_ACC];
+        for (int e = 0; e < MT_ACC; ++e)
+            su[e] = need_d ? sc * sx[m][e] : (vfloat)(0.0f);
+        if (gate)
+            mt_product_lower(su, sXt + row0, BLK, sGt + col0, BLK, row0);
+        for (int e = 0; e < MT_ACC; ++e) {
+            const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+            const int t = t0 + rr;
+            vfloat a = sc * s1[m][e] - castle_silu_v(su[e]);
+            const vfloat sv = (float)(s0 + cv) + lane;
+            a = select(a, (vfloat)(-INFINITY), VISGREATEREQ(sv, (vfloat)(float)L) |
+                                                   (k == 0 ? VISGREATER(sv, (vfloat)(float)t) : VFALSE));
+            store_column(sAt, cv, rr, a);
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Phase 3: SU and the scores A[T_i, T_j] (rows t, vectors of s). */
-    for (int m = 0; m < FUPT; ++m) {
-        const int u = lid + m * NT, rr = u / FQ, cv = (u % FQ) * VW;
-        const int t = t0 + rr;
-        vfloat su = sc * s2[m];
-        if (gate)
-            su += weights_x_rows(sX + rr * BLK, sGt + cv, BLK);
-        vfloat a = sc * s1[m] - castle_silu_v(su);
-        const vfloat sv = (float)(s0 + cv) + lane;
-        a = select(a, (vfloat)(-INFINITY), VISGREATEREQ(sv, (vfloat)(float)L) |
-                                               (k == 0 ? VISGREATER(sv, (vfloat)(float)t) : VFALSE));
-        VSTORE(a, sA + rr * BLK + cv);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-
-    /* Phase 4: online softmax per row; A becomes P = exp(A - m_new). */
-    if (lid < BLK) {
-        const int t = t0 + lid;
-        __local float *row = sA + lid * BLK;
-        if (t < L) {
-            float m_old = -INFINITY, l_old = 0.0f;
-            if (k > 0) {
-                m_old = ML[2 * t];
-                l_old = ML[2 * t + 1];
+    /* Phase 4: online softmax, VW rows at a time (a vector runs along rows t of the transposed
+       scores, so the statistics are lane-wise); A becomes P = exp(A - m_new). */
+    for (int u = lid; u < FRV; u += NT) {
+        const int r0 = u * VW;
+        float mo[VW], lo[VW];
+        for (int q = 0; q < VW; ++q) {
+            const int t = t0 + r0 + q;
+            mo[q] = (k > 0 && t < L) ? ML[2 * t] : -INFINITY;
+            lo[q] = (k > 0 && t < L) ? ML[2 * t + 1] : 0.0f;
+        }
+        const vfloat m_old = VLOAD(mo), l_old = VLOAD(lo);
+        const vint valid = VISLESS((float)(t0 + r0) + lane, (vfloat)(float)L);
+        vfloat vm = m_old;
+        for (int s = 0; s < BLK; ++s)
+            vm = fmax(vm, VLOAD(sAt + s * BLK + r0));
+        /* vm is finite on valid rows: the diagonal key of row t was seen at k = 0. */
+        const vfloat mx = select((vfloat)(0.0f), vm, valid);
+        const vfloat alpha = (k > 0) ? select((vfloat)(0.0f), exp(m_old - mx), valid) : (vfloat)(0.0f);
+        vfloat vs = (vfloat)(0.0f);
+        for (int s = 0; s < BLK; ++s) {
+            const vfloat p = select((vfloat)(0.0f), exp(VLOAD(sAt + s * BLK + r0) - mx), valid);
+            VSTORE(p, sAt + s * BLK + r0);
+            vs += p;
+        }
+        const vfloat l_new = select((vfloat)(1.0f), l_old * alpha + vs, valid);
+        VSTORE(alpha, sAlpha + r0);
+        VSTORE(l_new, sL + r0);
+        float me[VW], le[VW];
+        VLANES(mx, me);
+        VLANES(l_new, le);
+        for (int q = 0; q < VW; ++q) {
+            const int t = t0 + r0 + q;
+            if (t < L) {
+                ML[2 * t] = me[q];
+                ML[2 * t + 1] = le[q];
+                if (j == 0)
+                    lse[tensor_offset(slse, b, h, t)] = me[q] + log(le[q]);
             }
-            vfloat vm = (vfloat)(-INFINITY);
-            for (int s = 0; s < BLK; s += VW)
-                vm = fmax(vm, VLOAD(row + s));
-            const float mx = fmax(m_old, vmax(vm));
-            /* mx is finite: the diagonal key of row t was seen at k = 0. */
-            const float alpha = (k > 0) ? exp(m_old - mx) : 0.0f;
-            vfloat vs = (vfloat)(0.0f);
-            for (int s = 0; s < BLK; s += VW) {
-                const vfloat p = exp(VLOAD(row + s) - mx);
-                VSTORE(p, row + s);
-                vs += p;
-            }
-            const float l_new = l_old * alpha + vsum(vs);
-            sAlpha[lid] = alpha;
-            sL[lid] = l_new;
-            ML[2 * t] = mx;
-            ML[2 * t + 1] = l_new;
-            if (j == 0)
-                lse[tensor_offset(slse, b, h, t)] = mx + log(l_new);
-        } else {
-            for (int s = 0; s < BLK; ++s)
-                row[s] = 0.0f;
-            sAlpha[lid] = 0.0f;
-            sL[lid] = 1.0f;
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
     /* Phase 5: acc[T_i] = alpha acc[T_i] + P VC[T_j] (the accumulator lives in O; normalised by
-       work-group j = 0, the last to touch row block i), and D_j += VU[T_i]^T G[T_j,T_i]^T. */
+       work-group j = 0, the last to touch row block i; at k = 0 P is lower triangular and the product
+       stops at the diagonal), and D_j += G[T_j,T_i] VU[T_i]. */
     for (int c0 = 0; c0 < d; c0 += DT) {
         load_tile_rb(tV, pvc, svc.z, s0, L, c0, d);
         if (gate)
             load_tile_rb(tW, pvu, svu.z, t0, L, c0, d);
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int m = 0; m < FUPC; ++m) {
-            const int u = lid + m * NT, rr = u / FQC, cv = (u % FQC) * VW, gc = c0 + cv;
-            const int t = t0 + rr;
-            if (t < L && gc < d) {
-                const vfloat acc = weights_x_rows(sA + rr * BLK, tV + cv, DT);
-                __global float *po = o + tensor_offset(so, b, h, t) + gc;
-                const int n = min(VW, d - gc);
-                vfloat v = (k > 0) ? gload_part(po, n) * sAlpha[rr] + acc : acc;
-                if (j == 0)
-                    v /= sL[rr];
-                gstore_part(v, po, n);
-            }
-            if (gate && gc < d) { /* here rr indexes s in T_j */
-                const vfloat dv = weights_x_rows(sG + rr * BLK, tW + cv, DT);
-                const ulong off = (ulong)(s0 + rr) * d + gc;
-                const int n = min(VW, d - gc);
-                vfloat hi = dv, lo = (vfloat)(0.0f);
-                if (k > 0) {
-                    hi = gload_part(D + off, n);
-                    lo = gload_part(Dlo + off, n);
-                    pair_add_v(&hi, &lo, dv);
+            const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
+            vfloat acc[MT_ACC];
+            mt_zero(acc);
+            if (k == 0)
+                mt_product_lower(acc, sAt + row0, BLK, tV + col0, DT, row0);
+            else
+                mt_product(acc, sAt + row0, BLK, tV + col0, DT, BLK);
+            for (int e = 0; e < MT_ACC; ++e) {
+                const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
+                const int t = t0 + rr;
+                if (t < L && gc < d) {
+                    __global float *po = o + tensor_offset(so, b, h, t) + gc;
+                    const int n = min(VW, d - gc);
+                    vfloat v = (k > 0) ? gload_part(po, n) * sAlpha[rr] + acc[e] : acc[e];
+                    if (j == 0)
+                        v /= sL[rr];
+                    gstore_part(v, po, n);
                 }
-                gstore_part(hi, D + off, n);
-                gstore_part(lo, Dlo + off, n);
+            }
+            if (gate) { /* rows: s in T_j */
+                mt_zero(acc);
+                mt_product(acc, sGt + row0, BLK, tW + col0, DT, BLK);
+                for (int e = 0; e < MT_ACC; ++e) {
+                    const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
+                    if (gc < d) {
+                        const ulong off = (ulong)(s0 + rr) * d + gc;
+                        const int n = min(VW, d - gc);
+                        vfloat hi = acc[e], lo = (vfloat)(0.0f);
+                        if (k > 0) {
+                            hi = gload_part(D + off, n);
+                            lo = gload_part(Dlo + off, n);
+                            pair_add_v(&hi, &lo, acc[e]);
+                        }
+                        gstore_part(hi, D + off, n);
+                        gstore_part(lo, Dlo + off, n);
+                    }
+                }
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -1,5 +1,5 @@
 /* Program assembly, lazy compilation and the binary cache.
- * Source = feature defines + common.cl + the family's .cl; tuned values arrive as -D options and
+ * Source = local_memory.h + common.cl + the family's .cl; tuned values arrive as -D options and
  * are part of the cache key.  CASTLE_CL_DIR=<dir> loads the .cl files from disk (development). */
 #include "program.h"
 #include "context.h"
@@ -66,32 +66,42 @@ static castle_status load_source(const char *name, char **out)
 castle_status castle__program_source(castle_family f, const castle_tuning *t, char **source, char **options)
 {
     *source = *options = NULL;
-    char *common = NULL, *body = NULL;
+    char *sizes = NULL, *common = NULL, *body = NULL;
     castle_status st = load_source("common.cl", &common);
+    if (st == CASTLE_SUCCESS)
+        st = load_source("local_memory.h", &sizes);
     if (st == CASTLE_SUCCESS)
         st = load_source(family_files[f], &body);
     static const char prelude[] = "/* libcastle */\n";
     if (st != CASTLE_SUCCESS) {
+        free(sizes);
         free(common);
         return st;
     }
-    size_t n = strlen(prelude) + strlen(common) + strlen(body) + 2;
+    enum { OPT_BYTES = 512 };
+    size_t n = strlen(prelude) + strlen(sizes) + strlen(common) + strlen(body) + 3;
     char *src = malloc(n);
-    char *opt = malloc(256);
+    char *opt = malloc(OPT_BYTES);
     if (!src || !opt) {
+        free(sizes);
         free(common);
         free(body);
         free(src);
         free(opt);
         return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "out of host memory assembling %s", family_files[f]);
     }
-    snprintf(src, n, "%s%s\n%s", prelude, common, body);
-    /* Tunables, then the constants the kernels share with the host (defined once, in C). */
-    snprintf(opt, 256,
-             "-cl-std=CL1.2 -DBLK=%u -DNT=%u -DDT=%u -DVW=%u -DCASTLE_MAX_HEAD_DIM=%d -DCASTLE_DECODE_ROWS=%d "
-             "-DCASTLE_DECODE_GROUP=%d",
-             t->block, t->threads, t->dchunk, t->vector, CASTLE_MAX_HEAD_DIM, CASTLE_DECODE_ROWS,
-             CASTLE_DECODE_GROUP);
+    snprintf(src, n, "%s%s\n%s\n%s", prelude, sizes, common, body);
+    /* one -D option per kernel macro of castle.h's CASTLE_TUNING_PARAMS */
+    size_t used = (size_t)snprintf(opt, OPT_BYTES, "-cl-std=CL1.2");
+    for (size_t i = 0; i < castle__tuning_nparams; ++i) {
+        const castle_tuning_param *p = &castle__tuning_params[i];
+        if (p->macro)
+            used += (size_t)snprintf(opt + used, OPT_BYTES - used, " -D%s=%u", p->macro, castle__tuning_get(t, p));
+    }
+    /* then the constants the kernels share with the host (defined once, in C) */
+    snprintf(opt + used, OPT_BYTES - used, " -DCASTLE_MAX_HEAD_DIM=%d -DCASTLE_DECODE_ROWS=%d -DCASTLE_DECODE_GROUP=%d",
+             CASTLE_MAX_HEAD_DIM, CASTLE_DECODE_ROWS, CASTLE_DECODE_GROUP);
+    free(sizes);
     free(common);
     free(body);
     *source = src;

@@ -1,10 +1,46 @@
-/* The per-device tuning table (vendor -> device -> default) and its checks. */
+/* The per-device tuning table (vendor -> device -> default), its checks, its parser and the tuning
+ * file.  Every parameter is named once, in castle.h's CASTLE_TUNING_PARAMS; the code below walks
+ * that list. */
+#define _POSIX_C_SOURCE 200809L
 #include "tuning.h"
 #include "error.h"
+#include "local_memory.h"
 
+#include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const castle_tuning_param castle__tuning_params[] = {
+#define CASTLE_PARAM_(field, macro, lo, hi, flags, help) {#field, macro, offsetof(castle_tuning, field), lo, hi, flags},
+    CASTLE_TUNING_PARAMS(CASTLE_PARAM_)
+#undef CASTLE_PARAM_
+};
+const size_t castle__tuning_nparams = sizeof castle__tuning_params / sizeof castle__tuning_params[0];
+
+unsigned *castle__tuning_field(castle_tuning *t, const castle_tuning_param *p)
+{
+    return (unsigned *)(void *)((char *)t + p->offset);
+}
+
+unsigned castle__tuning_get(const castle_tuning *t, const castle_tuning_param *p)
+{
+    return *(const unsigned *)(const void *)((const char *)t + p->offset);
+}
+
+void castle__tuning_normalize(castle_tuning *dst, const castle_tuning *src)
+{
+    castle_tuning t;
+    memset(&t, 0, sizeof t); /* padding too: program slots compare tunings with memcmp */
+    t.struct_size = sizeof t;
+    for (size_t i = 0; i < castle__tuning_nparams; ++i)
+        *castle__tuning_field(&t, &castle__tuning_params[i]) = castle__tuning_get(src, &castle__tuning_params[i]);
+    memcpy(dst, &t, sizeof t);
+}
 
 typedef struct tuning_entry {
     const char *name;
@@ -14,73 +50,91 @@ typedef struct tuning_entry {
     castle_tuning tuning;
 } tuning_entry;
 
+/* The two kernel mappings (castle.h, "Tuning").  CPU: one row x one 16-wide vector per work-item
+   (SIMD across a row, no horizontal sums; on PoCL tm = 2 with 32 threads measured the same).  GPU: 4 x 4 scalar register micro-tiles
+   (two local-memory vector loads per 16 FMAs), 64 work-items of 32 x 32 blocks. */
+#define CPU_MAPPING .block = 32, .threads = 64, .dchunk = 32, .vector = 16, .tm = 1, .tn = 1
+#define GPU_MAPPING .block = 32, .threads = 64, .dchunk = 32, .vector = 1, .tm = 4, .tn = 4
+
 /* First match wins; the last entry is the default.  Values were measured with castle-bench on the
    devices named; how a tuning is chosen and overridden: docs/building.md, "Tuning". */
 static const tuning_entry table[] = {
-    {"pocl-cpu", NULL, "pthread", CL_DEVICE_TYPE_CPU, {32, 64, 32, 16, 8}},
-    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, {32, 64, 32, 16, 8}},
-    {"nvidia-gpu", "NVIDIA", NULL, CL_DEVICE_TYPE_GPU, {32, 256, 32, 1, 8}},
-    {"default", NULL, NULL, CL_DEVICE_TYPE_ALL, {32, 256, 32, 1, 8}},
+    {"pocl-cpu", NULL, "pthread", CL_DEVICE_TYPE_CPU, {sizeof(castle_tuning), CPU_MAPPING, .fold = 8}},
+    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, {sizeof(castle_tuning), CPU_MAPPING, .fold = 8}},
+    {"nvidia-gpu", "NVIDIA", NULL, CL_DEVICE_TYPE_GPU, {sizeof(castle_tuning), GPU_MAPPING, .fold = 8}},
+    {"amd-gpu", "Advanced Micro Devices", NULL, CL_DEVICE_TYPE_GPU, {sizeof(castle_tuning), GPU_MAPPING, .fold = 8}},
+    {"intel-gpu", "Intel", NULL, CL_DEVICE_TYPE_GPU, {sizeof(castle_tuning), GPU_MAPPING, .fold = 8}},
+    {"default", NULL, NULL, CL_DEVICE_TYPE_ALL, {sizeof(castle_tuning), GPU_MAPPING, .fold = 8}},
 };
 
-/* The table's vector width for the device (what vector = 0 stands for). */
-static unsigned default_vector(const castle_device_info *info)
+/* Whether the micro-tile shape divides the block and the d chunk (threads = 0 counts as 1). */
+static bool tile_fits(const castle_tuning *t)
 {
-    return (info && (info->type & CL_DEVICE_TYPE_CPU)) ? 16u : 1u;
+    const unsigned b = t->block, c = t->dchunk, n = t->threads ? t->threads : 1;
+    const unsigned cols = t->tn * t->vector, unit = t->tm * cols;
+    return b % t->tm == 0 && b % cols == 0 && c % cols == 0 && (b * b) % unit == 0 && (b * c) % unit == 0 &&
+           ((b * b) / unit) % n == 0 && ((b * c) / unit) % n == 0;
 }
 
-/* Replaces vector = 0 by the device's default, narrowed until it divides block and dchunk. */
+/* Derives vector, tm and tn where they are 0: the device's mapping, narrowed until the tile fits. */
 void castle__tuning_resolve(castle_tuning *t, const castle_device_info *info)
 {
-    if (t->vector)
+    const bool dv = !t->vector, dm = !t->tm, dn = !t->tn;
+    const bool cpu = info && (info->type & CL_DEVICE_TYPE_CPU);
+    if (dv)
+        t->vector = cpu ? 16u : 1u;
+    if (dm)
+        t->tm = t->vector > 1 ? 1u : 4u;
+    if (dn)
+        t->tn = dm ? t->tm : (t->vector > 1 ? 1u : t->tm);
+    if (t->block == 0 || t->dchunk == 0 || t->tm == 0 || t->tn == 0 || t->vector == 0)
         return;
-    unsigned v = default_vector(info);
-    const unsigned n = t->threads ? t->threads : 1;
-    while (v > 1 && (t->block % v || t->dchunk % v || (t->block * t->block / v) % n || (t->block * t->dchunk / v) % n))
-        v = v == 4 ? 1 : v / 2;
-    t->vector = v;
+    /* narrow what was derived (tn, then tm, then the vector) until the tile fits */
+    while (!tile_fits(t)) {
+        if (dn && t->tn > 1)
+            t->tn /= 2;
+        else if (dm && t->tm > 1)
+            t->tm /= 2;
+        else if (dv && t->vector > 1)
+            t->vector = t->vector == 4 ? 1u : t->vector / 2;
+        else
+            break;
+    }
 }
 
 size_t castle__tuning_local_bytes(const castle_tuning *t)
 {
-    /* The largest of LM_SIZE in cl/forward.cl and LM_BW in cl/backward.cl. */
-    const size_t ts = t->dchunk + 1, bp = t->block + 1, b = t->block;
-    const size_t p1 = 2 * b * ts + 4 * t->dchunk * b;
-    const size_t p2 = 4 * b * b + 2 * b + 2 * b * t->dchunk;
-    const size_t tile = b * ts > t->dchunk * bp ? b * ts : t->dchunk * bp;
-    const size_t bw = 9 * b * bp + 7 * tile + 2 * b;
-    size_t m = p1 > p2 ? p1 : p2;
-    /* cl/causal.cl: BLK (CC_TROWS + DT + 2 BLK + 3) bounds each of its kernels, with the transposed
-       tile CC_TROWS = min(256, 4 (BLK + DT)) columns wide: never above bw. */
-    const size_t trows = 4 * (b + t->dchunk) < CASTLE_MAX_HEAD_DIM ? 4 * (b + t->dchunk) : CASTLE_MAX_HEAD_DIM;
-    const size_t causal = b * (trows + t->dchunk + 2 * b + 3);
-    m = m > causal ? m : causal;
-    return 4 * (m > bw ? m : bw);
+    return sizeof(float) * (size_t)CASTLE_LM_ANY((size_t)t->block, (size_t)t->dchunk, (size_t)CASTLE_MAX_HEAD_DIM);
 }
+
+static bool is_pow2(unsigned v) { return v && !(v & (v - 1)); }
 
 castle_status castle__tuning_check(const castle_tuning *t, const castle_device_info *info)
 {
-    const unsigned b = t->block, n = t->threads, c = t->dchunk;
-    if (b != 8 && b != 16 && b != 32 && b != 64)
-        return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning block=%u: must be 8, 16, 32 or 64", b);
-    if (c != 4 && c != 8 && c != 16 && c != 32 && c != 64)
-        return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning dchunk=%u: must be 4, 8, 16, 32 or 64", c);
-    const unsigned v = t->vector;
-    if (v != 1 && v != 4 && v != 8 && v != 16)
-        return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning vector=%u: must be 1, 4, 8 or 16", v);
-    if (b % v || c % v)
-        return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning vector=%u must divide block=%u and dchunk=%u", v, b, c);
-    if (n && ((b * b / v) % n || (b * c / v) % n))
+    for (size_t i = 0; i < castle__tuning_nparams; ++i) {
+        const castle_tuning_param *p = &castle__tuning_params[i];
+        const unsigned v = castle__tuning_get(t, p);
+        if (v < p->lo || v > p->hi || ((p->flags & CASTLE_TUNING_POW2) && !is_pow2(v)) ||
+            ((p->flags & CASTLE_TUNING_NOT2) && v == 2))
+            return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning %s=%u: must be %s from %u to %u", p->name, v,
+                                (p->flags & CASTLE_TUNING_NOT2)   ? "a power of two other than 2"
+                            : (p->flags & CASTLE_TUNING_POW2) ? "a power of two"
+                                                              : "an integer",
+                            p->lo, p->hi);
+    }
+    const unsigned b = t->block, n = t->threads, c = t->dchunk, v = t->vector;
+    if (n % b)
+        return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning threads=%u: must be a multiple of block=%u", n, b);
+    if (b % t->tm || b % (t->tn * v) || c % (t->tn * v))
         return castle__fail(CASTLE_ERR_BAD_TUNING,
-                            "tuning threads=%u x vector=%u must divide block*block=%u and block*dchunk=%u", n, v, b * b,
-                            b * c);
-    if (t->fold > 1024)
-        return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning fold=%u: must be at most 1024", t->fold);
-    if (n == 0 || n % b || (b * b) % n || (b * c) % n)
+                            "tuning tm=%u, tn=%u x vector=%u: tm must divide block=%u, tn x vector must divide block "
+                            "and dchunk=%u",
+                            t->tm, t->tn, v, b, c);
+    if (!tile_fits(t))
         return castle__fail(CASTLE_ERR_BAD_TUNING,
-                            "tuning threads=%u: must be a multiple of block=%u dividing block*block=%u and "
+                            "tuning threads=%u x tm=%u x tn=%u x vector=%u must divide block*block=%u and "
                             "block*dchunk=%u",
-                            n, b, b * b, b * c);
+                            n, t->tm, t->tn, v, b * b, b * c);
     if (info && n > info->max_work_group_size)
         return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning threads=%u exceeds the device's max work-group size %zu", n,
                             info->max_work_group_size);
@@ -92,33 +146,49 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
     return CASTLE_SUCCESS;
 }
 
-/* Parses "block=32,threads=64,dchunk=32,vector=8,fold=8" over *t.  Returns false on a malformed string. */
-static bool parse_env(const char *s, castle_tuning *t)
+/* Parses "key=value[,key=value...]" (keys: the fields of CASTLE_TUNING_PARAMS) over *t.  Values are
+   decimal digits only: a sign, an empty value or one above UINT_MAX makes the string malformed. */
+static bool parse_tuning(const char *s, castle_tuning *t)
 {
     while (*s) {
-        char key[16];
-        unsigned val;
-        int used = 0;
-        if (sscanf(s, "%15[a-z]=%u%n", key, &val, &used) != 2 || used == 0)
+        const char *eq = strchr(s, '=');
+        if (!eq)
             return false;
-        if (!strcmp(key, "block"))
-            t->block = val;
-        else if (!strcmp(key, "threads"))
-            t->threads = val;
-        else if (!strcmp(key, "dchunk"))
-            t->dchunk = val;
-        else if (!strcmp(key, "vector"))
-            t->vector = val;
-        else if (!strcmp(key, "fold"))
-            t->fold = val;
-        else
+        const castle_tuning_param *p = NULL;
+        for (size_t i = 0; i < castle__tuning_nparams && !p; ++i)
+            if (strlen(castle__tuning_params[i].name) == (size_t)(eq - s) &&
+                !strncmp(s, castle__tuning_params[i].name, (size_t)(eq - s)))
+                p = &castle__tuning_params[i];
+        if (!p)
             return false;
-        s += used;
+        s = eq + 1;
+        if (*s < '0' || *s > '9')
+            return false;
+        unsigned long long v = 0;
+        for (; *s >= '0' && *s <= '9'; ++s) {
+            v = v * 10 + (unsigned)(*s - '0');
+            if (v > UINT_MAX)
+                return false;
+        }
+        *castle__tuning_field(t, p) = (unsigned)v;
         if (*s == ',')
             ++s;
         else if (*s)
             return false;
     }
+    return true;
+}
+
+/* Parses s over *t, re-deriving the derivable parameters (vector, tm, tn) unless s gives them. */
+static bool parse_over(const char *s, castle_tuning *t)
+{
+    castle_tuning u = *t;
+    for (size_t i = 0; i < castle__tuning_nparams; ++i)
+        if (castle__tuning_params[i].flags & CASTLE_TUNING_DERIVE)
+            *castle__tuning_field(&u, &castle__tuning_params[i]) = 0;
+    if (!parse_tuning(s, &u))
+        return false;
+    *t = u;
     return true;
 }
 
@@ -137,19 +207,45 @@ bool castle__tuning_file_path(char *buf, size_t n)
     return w > 0 && (size_t)w < n;
 }
 
+/* Opens path for reading only if it is a regular file of at most CASTLE__TUNING_FILE_MAX bytes: a
+   FIFO, a device (/dev/zero) or a directory is not read (and opening does not block). */
+static FILE *open_tuning_file(const char *path)
+{
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    FILE *f = NULL;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= CASTLE__TUNING_FILE_MAX)
+        f = fdopen(fd, "r");
+    if (!f)
+        close(fd);
+    return f;
+}
+
 /* The tuning file's entry for this device and driver, if there is a valid one.  Lines:
-   "<device name>\t<driver version>\tblock=..,threads=..,dchunk=..,vector=.."; '#' starts a comment.
-   An unreadable file or a malformed or unfitting entry is ignored. */
+   "<device name>\t<driver version>\tblock=..,threads=..,..."; '#' starts a comment.  An unreadable
+   file, an overlong line or a malformed or unfitting entry is ignored; at most
+   CASTLE__TUNING_FILE_MAX bytes are read. */
 static bool from_file(const castle_device_info *info, castle_tuning *out)
 {
     char path[4096], line[1024];
     if (!castle__tuning_file_path(path, sizeof path))
         return false;
-    FILE *f = fopen(path, "r");
+    FILE *f = open_tuning_file(path);
     if (!f)
         return false;
     bool found = false;
-    while (!found && fgets(line, sizeof line, f)) {
+    size_t total = 0;
+    while (!found && total <= CASTLE__TUNING_FILE_MAX && fgets(line, sizeof line, f)) {
+        const size_t len = strlen(line);
+        total += len;
+        if (len == sizeof line - 1 && line[len - 1] != '\n') { /* overlong: skip the rest of it */
+            int ch;
+            while ((ch = fgetc(f)) != EOF && ch != '\n' && ++total <= CASTLE__TUNING_FILE_MAX)
+                ;
+            continue;
+        }
         line[strcspn(line, "\r\n")] = '\0';
         if (line[0] == '#' || !line[0])
             continue;
@@ -160,8 +256,7 @@ static bool from_file(const castle_device_info *info, castle_tuning *out)
         if (strcmp(line, info->name) || strcmp(tab1 + 1, info->driver_version))
             continue;
         castle_tuning t = *out;
-        t.vector = 0;
-        if (!parse_env(tab2 + 1, &t))
+        if (!parse_over(tab2 + 1, &t))
             continue;
         castle__tuning_resolve(&t, info);
         if (castle__tuning_check(&t, info) == CASTLE_SUCCESS) {
@@ -189,10 +284,11 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
         pick = e;
         break;
     }
-    *out = pick->tuning;
+    castle__tuning_normalize(out, &pick->tuning);
     *name = pick->name;
     /* Devices with little local memory or small work-groups: the largest block, then the largest
-       d chunk, that fits; threads halved until they fit the block and the device. */
+       d chunk, that fits; threads halved until they fit the block and the device, the micro-tile
+       narrowed to fit the smaller block. */
     if (castle__tuning_check(out, info) != CASTLE_SUCCESS) {
         const castle_tuning entry = *out;
         bool fits = false;
@@ -201,10 +297,11 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
                 castle_tuning t = entry;
                 t.block = b;
                 t.dchunk = c;
-                t.vector = 0;
+                t.vector = t.tm = t.tn = 0;
+                t.threads = b; /* the fewest work-items: the tile narrowed for them fits any more */
                 castle__tuning_resolve(&t, info);
-                while (t.threads > b && (t.threads > info->max_work_group_size || (b * b) % t.threads ||
-                                         (b * c) % t.threads))
+                t.threads = entry.threads;
+                while (t.threads > b && (t.threads > info->max_work_group_size || !tile_fits(&t)))
                     t.threads /= 2;
                 if (t.threads < b)
                     t.threads = b;
@@ -225,10 +322,10 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
     const char *env = getenv("CASTLE_TUNING");
     if (env && *env) {
         castle_tuning t = *out;
-        t.vector = 0; /* re-derived for the new block and dchunk unless given */
-        if (!parse_env(env, &t))
+        if (!parse_over(env, &t))
             return castle__fail(CASTLE_ERR_BAD_TUNING,
-                                "CASTLE_TUNING='%s' is malformed: expected e.g. 'block=32,threads=256,dchunk=32,vector=8,fold=8'",
+                                "CASTLE_TUNING='%s' is malformed: expected e.g. "
+                                "'block=32,threads=64,dchunk=32,vector=1,tm=4,tn=4,fold=8' (decimal values)",
                                 env);
         castle__tuning_resolve(&t, info);
         castle_status st = castle__tuning_check(&t, info);
@@ -237,6 +334,7 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
         *out = t;
         *name = "environment";
     }
+    castle__tuning_normalize(out, out);
     castle__clear_error(); /* candidates rejected on the way are not the caller's error */
     return CASTLE_SUCCESS;
 }

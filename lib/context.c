@@ -7,6 +7,7 @@
 #include "tuning.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -237,15 +238,37 @@ castle_status castle_context_set_tuning(castle_context *ctx, const castle_tuning
         return castle__fail(CASTLE_ERR_NULL_CONTEXT, "castle_context_set_tuning: context is NULL");
     if (!tuning)
         return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_context_set_tuning: tuning is NULL");
-    castle_tuning t = *tuning;
+    if (tuning->struct_size != sizeof(castle_tuning))
+        return castle__fail(CASTLE_ERR_DESC_VERSION,
+                            "castle_context_set_tuning: struct_size %zu is not sizeof(castle_tuning) = %zu",
+                            tuning->struct_size, sizeof(castle_tuning));
+    castle_tuning t;
+    castle__tuning_normalize(&t, tuning);
     castle__tuning_resolve(&t, &ctx->info);
     castle_status st = castle__tuning_check(&t, &ctx->info);
     if (st != CASTLE_SUCCESS)
         return st;
     castle__ctx_lock(ctx);
-    ctx->tuning = t;
+    castle__tuning_normalize(&ctx->tuning, &t);
     ctx->tuning_name = "api";
     castle__ctx_unlock(ctx);
+    return CASTLE_SUCCESS;
+}
+
+castle_status castle_tuning_string(const castle_tuning *t, char *buf, size_t size)
+{
+    castle__clear_error();
+    if (!t || !buf || !size)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_tuning_string: tuning or buf is NULL or size is 0");
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < castle__tuning_nparams; ++i) {
+        const castle_tuning_param *p = &castle__tuning_params[i];
+        const int w = snprintf(buf + used, size - used, "%s%s=%u", i ? "," : "", p->name, castle__tuning_get(t, p));
+        if (w < 0 || (size_t)w >= size - used)
+            return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "castle_tuning_string: %zu bytes are too few", size);
+        used += (size_t)w;
+    }
     return CASTLE_SUCCESS;
 }
 

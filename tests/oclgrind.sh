@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the kernels under Oclgrind, an OpenCL device simulator that reports data races, out-of-bounds
 # and invalid API use: castle-info's forward self-test (three shapes against the fp64 reference,
-# guard regions included), a forward + backward through castle-run, folded and per-diagonal, a
+# guard regions included), a forward + backward through castle-run, folded and per-diagonal, under
+# the CPU mapping and the GPU mapping (register micro-tiles, tuning tm=4 tn=4 vector=1), a
 # prefill + decode through the UQ-KV cache, and the causal baseline's four operations.
 # Oclgrind's device has 32 KiB of local memory, so this also runs the library's shrunk tuning.
 # usage: oclgrind.sh <build-dir>
@@ -31,6 +32,14 @@ for fold in 0 8; do
         report "castle-run backward (fold=$fold) failed under Oclgrind"
 done
 cmp -s "$work/out0/dqu.npy" "$work/out8/dqu.npy" || report "folded and per-diagonal backward differ under Oclgrind"
+# the GPU mapping (4 x 4 register micro-tiles, scalar columns) at a block that fits 32 KiB, folded and not
+gpu=block=16,threads=16,dchunk=16,vector=1,tm=4,tn=4
+for fold in 0 8; do
+    CASTLE_TUNING=$gpu,fold=$fold og "$build/tools/castle-run" backward --in "$work/in" --out "$work/gpu$fold" --window 5 ||
+        report "castle-run backward under the GPU mapping (fold=$fold) failed under Oclgrind"
+done
+cmp -s "$work/gpu0/dqu.npy" "$work/gpu8/dqu.npy" ||
+    report "folded and per-diagonal backward differ under Oclgrind (GPU mapping)"
 # the UQ-KV cache: prefill 30 tokens, decode the rest one and three at a time
 for chunk in 1 3; do
     og "$build/tools/castle-run" decode --in "$work/in" --out "$work/dec$chunk" --prompt 30 --chunk $chunk --window 5 ||

@@ -1247,6 +1247,21 @@ END_TEST
 
 /* ---- tuning -------------------------------------------------------------------------------- */
 
+/* A tuning with the micro-tile left to the library (tm = tn = 0: derived). */
+static castle_tuning tun(unsigned block, unsigned threads, unsigned dchunk, unsigned vector, unsigned fold)
+{
+    return (castle_tuning){.struct_size = sizeof(castle_tuning), .block = block, .threads = threads,
+                           .dchunk = dchunk, .vector = vector, .fold = fold};
+}
+
+static castle_tuning tun_tile(unsigned block, unsigned threads, unsigned vector, unsigned tm, unsigned tn)
+{
+    castle_tuning t = tun(block, threads, 32, vector, 0);
+    t.tm = tm;
+    t.tn = tn;
+    return t;
+}
+
 static bool tuning_eq(const castle_tuning *a, const castle_tuning *b)
 {
     return a->block == b->block && a->threads == b->threads && a->dchunk == b->dchunk;
@@ -1274,7 +1289,7 @@ START_TEST(test_tuning_rejected)
     ck_assert(clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL) == CL_SUCCESS);
     /* threads over the device maximum that passes every other rule, if the rules allow one
        (they cap threads at block*min(block, dchunk) <= 4096) */
-    castle_tuning too_wide = {64, 0, 64, 0, 0};
+    castle_tuning too_wide = tun(64, 0, 64, 0, 0);
     const char *too_wide_mention = "work-group";
     for (unsigned n = 64; n <= 4096; n *= 2)
         if (n > max_wg) {
@@ -1291,22 +1306,29 @@ START_TEST(test_tuning_rejected)
         const char *what;
     } bad_case;
     const bad_case bad[] = {
-        {{12, 64, 32, 0, 0}, "block=12", "block=12"},
-        {{0, 64, 32, 0, 0}, "block=0", "block=0"},
-        {{128, 128, 32, 0, 0}, "block=128", "block=128"},
-        {{32, 64, 5, 0, 0}, "dchunk=5", "dchunk=5"},
-        {{32, 64, 128, 0, 0}, "dchunk=128", "dchunk=128"},
-        {{32, 48, 32, 0, 0}, "threads=48", "threads=48 not a multiple of block=32"},
-        {{32, 64, 32, 3, 0}, "vector=3", "vector=3"},
-        {{32, 64, 32, 32, 0}, "vector=32", "vector=32"},
-        {{32, 64, 8, 16, 0}, "vector=16", "vector=16 not dividing dchunk=8"},
-        {{32, 64, 32, 8, 1025}, "fold=1025", "fold=1025"},
-        {{32, 0, 32, 0, 0}, "threads=0", "threads=0"},
-        {{16, 8, 16, 0, 0}, "threads=8", "threads=8 < block=16"},
-        {{16, 512, 16, 0, 0}, "threads=512", "threads=512 not dividing block*block=256"},
-        {{8, 128, 64, 0, 0}, "threads=128", "threads=128 not dividing block*block=64 (but dividing block*dchunk)"},
-        {{32, 512, 8, 0, 0}, "threads=512", "threads=512 not dividing block*dchunk=256 (but dividing block*block)"},
+        {tun(12, 64, 32, 0, 0), "block=12", "block=12"},
+        {tun(0, 64, 32, 0, 0), "block=0", "block=0"},
+        {tun(128, 128, 32, 0, 0), "block=128", "block=128"},
+        {tun(32, 64, 5, 0, 0), "dchunk=5", "dchunk=5"},
+        {tun(32, 64, 128, 0, 0), "dchunk=128", "dchunk=128"},
+        {tun(32, 48, 32, 0, 0), "threads=48", "threads=48 not a multiple of block=32"},
+        {tun(32, 64, 32, 3, 0), "vector=3", "vector=3"},
+        {tun(32, 64, 32, 32, 0), "vector=32", "vector=32"},
+        {tun(32, 64, 8, 16, 0), "vector=16", "vector=16 not dividing dchunk=8"},
+        {tun(32, 64, 32, 8, 1025), "fold=1025", "fold=1025"},
+        {tun(32, 0, 32, 0, 0), "threads=0", "threads=0"},
+        {tun(16, 8, 16, 0, 0), "threads=8", "threads=8 < block=16"},
+        {tun(16, 512, 16, 0, 0), "threads=512", "threads=512 not dividing block*block=256"},
+        {tun(8, 128, 64, 0, 0), "threads=128", "threads=128 not dividing block*block=64 (but dividing block*dchunk)"},
+        {tun(32, 512, 8, 0, 0), "threads=512", "threads=512 not dividing block*dchunk=256 (but dividing block*block)"},
         {too_wide, too_wide_mention, "threads over the device's max work-group size"},
+        {tun_tile(32, 64, 1, 3, 4), "tm=3", "tm=3"},
+        {tun_tile(32, 64, 2, 1, 1), "vector=2", "vector=2"},
+        {tun_tile(32, 64, 1, 16, 4), "tm=16", "tm=16"},
+        {tun_tile(32, 64, 1, 4, 16), "tn=16", "tn=16"},
+        {tun_tile(32, 64, 16, 1, 4), "tn=4", "tn=4 x vector=16 not dividing block=32"},
+        {tun_tile(32, 128, 1, 4, 4), "threads=128", "threads=128 x 4 x 4 tiles not dividing block*block=1024"},
+        {tun_tile(32, 64, 16, 2, 1), "threads=64", "threads=64 x tm=2 x vector=16 not dividing block*block"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
         check_status(castle_context_set_tuning(ctx, &bad[i].t), CASTLE_ERR_BAD_TUNING, bad[i].mention, bad[i].what);
@@ -1317,7 +1339,11 @@ START_TEST(test_tuning_rejected)
                       "%s: a rejected set_tuning changed the name to '%s'", bad[i].what,
                       castle_context_tuning_name(ctx));
     }
-    castle_tuning t = {16, 64, 16, 0, 0};
+    castle_tuning t = tun(16, 64, 16, 0, 0);
+    castle_tuning old_size = t;
+    old_size.struct_size = sizeof(castle_tuning) - sizeof(unsigned);
+    check_status(castle_context_set_tuning(ctx, &old_size), CASTLE_ERR_DESC_VERSION, "struct_size",
+                 "set_tuning(struct_size too small)");
     check_status(castle_context_set_tuning(NULL, &t), CASTLE_ERR_NULL_CONTEXT, "context", "set_tuning(ctx=NULL)");
     check_status(castle_context_set_tuning(ctx, NULL), CASTLE_ERR_NULL_POINTER, "tuning", "set_tuning(tuning=NULL)");
     check_status(castle_context_get_tuning(NULL, &t), CASTLE_ERR_NULL_CONTEXT, "context", "get_tuning(ctx=NULL)");
@@ -1331,7 +1357,7 @@ END_TEST
 START_TEST(test_tuning_accepted)
 {
     castle_context *ctx = own_context();
-    const castle_tuning t = {16, 64, 16, 0, 0};
+    const castle_tuning t = tun(16, 64, 16, 0, 0);
     check_status(castle_context_set_tuning(ctx, &t), CASTLE_SUCCESS, NULL, "set_tuning {16, 64, 16}");
     castle_tuning got;
     check_status(castle_context_get_tuning(ctx, &got), CASTLE_SUCCESS, NULL, "get_tuning");
@@ -1347,12 +1373,12 @@ START_TEST(test_tuning_accepted)
     cl_ulong lmem = 0;
     ck_assert(clGetDeviceInfo(castle_context_device(ctx), CL_DEVICE_LOCAL_MEM_SIZE, sizeof lmem, &lmem, NULL) ==
               CL_SUCCESS);
-    const castle_tuning t32 = {32, 64, 8, 0, 0};
+    const castle_tuning t32 = tun(32, 64, 8, 0, 0);
     castle_status st = castle_context_set_tuning(ctx, &t32);
     ck_assert_msg(st == CASTLE_SUCCESS || st == CASTLE_ERR_BAD_TUNING, "set_tuning {32, 64, 8}: %s",
                   castle_status_string(st));
     const castle_tuning *small = &t, *big = &t32;
-    static const castle_tuning t8 = {8, 8, 8, 0, 0}; /* fits every device */
+    const castle_tuning t8 = tun(8, 8, 8, 0, 0); /* fits every device */
     if (st == CASTLE_ERR_BAD_TUNING) {
         /* rejected: only for want of local memory, and the message says how much each side has */
         const char *msg = castle_last_error(), *at = strstr(msg, "needs ");
@@ -1383,8 +1409,11 @@ START_TEST(test_tuning_accepted)
 }
 END_TEST
 
-static const char *const bad_tuning_env[] = {"block=abc", "foo=3", "block=32;threads=64", "block", "block=12",
-                                             "threads=48", "dchunk=5"};
+/* The first NMALFORMED are malformed (named by the variable), the rest well-formed bad values. */
+static const char *const bad_tuning_env[] = {"block=abc", "foo=3", "block=32;threads=64", "block",
+                                             "block=4294967328", "block=-32", "block=+32", "threads=",
+                                             "block=12", "threads=48", "dchunk=5", "tm=3", "tn=32"};
+#define NTUNING_MALFORMED 8
 #define NBADTUNINGENV ((int)(sizeof bad_tuning_env / sizeof bad_tuning_env[0]))
 
 START_TEST(test_tuning_env_malformed)
@@ -1402,7 +1431,7 @@ START_TEST(test_tuning_env_malformed)
     ck_assert_msg(st == CASTLE_ERR_BAD_TUNING, "%s: got %s '%s'", what, castle_status_string(st), msg);
     ck_assert_msg(msg[0] != '\0', "%s: empty message", what);
     /* malformed strings are named with the variable; well-formed bad values by the value */
-    const bool malformed = _i < 4;
+    const bool malformed = _i < NTUNING_MALFORMED;
     const char *mention = malformed ? "CASTLE_TUNING" : v;
     ck_assert_msg(strstr(msg, mention) != NULL, "%s: message '%s' does not mention '%s'", what, msg, mention);
     ck_assert_msg(out == NULL, "%s: out not set to NULL on failure", what);
@@ -1418,7 +1447,7 @@ START_TEST(test_tuning_env_valid)
     env_restore("CASTLE_TUNING", saved);
     check_status(st, CASTLE_SUCCESS, NULL, "CASTLE_TUNING=block=16,threads=64,dchunk=16");
     castle_tuning got;
-    const castle_tuning want = {16, 64, 16, 0, 0};
+    const castle_tuning want = tun(16, 64, 16, 0, 0);
     check_status(castle_context_get_tuning(ctx, &got), CASTLE_SUCCESS, NULL, "get_tuning");
     ck_assert(tuning_eq(&got, &want));
     ck_assert_msg(!strcmp(castle_context_tuning_name(ctx), "environment"), "tuning name '%s'",
@@ -1536,10 +1565,16 @@ START_TEST(test_build_failure)
     ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp(%s) failed", dir);
     snprintf(common_path, sizeof common_path, "%s/common.cl", dir);
     snprintf(fwd_path, sizeof fwd_path, "%s/forward.cl", dir);
-    size_t n = 0; /* CASTLE_CL_DIR must hold every file: the real common.cl, a broken forward.cl */
+    size_t n = 0; /* CASTLE_CL_DIR must hold every file: the real common.cl and local_memory.h, a broken
+                     forward.cl */
     char *common = read_text(CASTLE_SOURCE_DIR "/cl/common.cl", &n);
     write_file(common_path, common, n);
     free(common);
+    char sizes_path[600];
+    snprintf(sizes_path, sizeof sizes_path, "%s/local_memory.h", dir);
+    char *sizes = read_text(CASTLE_SOURCE_DIR "/cl/local_memory.h", &n);
+    write_file(sizes_path, sizes, n);
+    free(sizes);
     static const char broken[] = "__kernel void castle_forward_block(__global float *x)\n"
                                  "{\n"
                                  "    x[0] = this is not OpenCL;\n"
@@ -1568,6 +1603,7 @@ START_TEST(test_build_failure)
     castle_context_destroy(ctx);
     unlink(fwd_path);
     unlink(common_path);
+    unlink(sizes_path);
     rmdir(dir);
 }
 END_TEST
@@ -1578,15 +1614,17 @@ END_TEST
 START_TEST(test_cl_dir_unreadable)
 {
     const char *tmp = getenv("TMPDIR");
-    char dir[512], path[600];
+    char dir[512], path[600], path2[600];
     snprintf(dir, sizeof dir, "%s/castle_cldir_XXXXXX", tmp && *tmp ? tmp : "/tmp");
     ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp(%s) failed", dir);
     const char *mention = "common.cl";
     if (_i == 0) { /* missing */
         rmdir(dir);
-    } else if (_i == 2) { /* common.cl only */
+    } else if (_i == 2) { /* common.cl and local_memory.h only */
         snprintf(path, sizeof path, "%s/common.cl", dir);
         write_file(path, "\n", 1);
+        snprintf(path2, sizeof path2, "%s/local_memory.h", dir);
+        write_file(path2, "\n", 1);
         mention = "forward.cl";
     }
     char *saved_dir = env_save("CASTLE_CL_DIR"), *saved_cache = env_save("CASTLE_CACHE_DIR");
@@ -1607,8 +1645,10 @@ START_TEST(test_cl_dir_unreadable)
     expect_success(&f, &a, "the same call after CASTLE_CL_DIR is restored");
     fx_teardown(&f);
     castle_context_destroy(ctx);
-    if (_i == 2)
+    if (_i == 2) {
         unlink(path);
+        unlink(path2);
+    }
     rmdir(dir);
 }
 END_TEST

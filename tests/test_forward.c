@@ -76,10 +76,19 @@ START_TEST(test_repeat_and_wide_window)
 }
 END_TEST
 
-/* Other tunings (block, threads, dchunk, vector) pass the same conformance checks: every kernel
-   variant the tuner may pick is a correct one. */
+/* Other tunings (block, threads, dchunk, vector, micro-tile) pass the same conformance checks: every
+   kernel variant the tuner may pick is a correct one, the CPU mapping (tm = tn = 1, wide vectors) and
+   the GPU mapping (4 x 4 register tiles) among them. */
+#define TUNING(...) {.struct_size = sizeof(castle_tuning), __VA_ARGS__}
 static const castle_tuning tunings[] = {
-    {16, 64, 16, 1, 0}, {32, 32, 32, 4, 1024}, {64, 64, 16, 16, 0}, {8, 8, 8, 8, 1024}, {32, 1024, 32, 1, 0},
+    TUNING(.block = 16, .threads = 64, .dchunk = 16, .vector = 1, .tm = 1, .tn = 1),
+    TUNING(.block = 32, .threads = 32, .dchunk = 32, .vector = 4, .tm = 1, .tn = 1, .fold = 1024),
+    TUNING(.block = 64, .threads = 64, .dchunk = 16, .vector = 16, .tm = 1, .tn = 1),
+    TUNING(.block = 8, .threads = 8, .dchunk = 8, .vector = 8, .tm = 1, .tn = 1, .fold = 1024),
+    TUNING(.block = 32, .threads = 1024, .dchunk = 32, .vector = 1, .tm = 1, .tn = 1),
+    TUNING(.block = 32, .threads = 64, .dchunk = 32, .vector = 1, .tm = 4, .tn = 4),
+    TUNING(.block = 16, .threads = 16, .dchunk = 16, .vector = 1, .tm = 4, .tn = 4, .fold = 1024),
+    TUNING(.block = 64, .threads = 64, .dchunk = 64, .vector = 4, .tm = 2, .tn = 2),
 };
 
 START_TEST(test_tunings)
@@ -87,10 +96,11 @@ START_TEST(test_tunings)
     castle_context *ctx = NULL;
     ck_assert_msg(castle_context_create_default(NULL, &ctx) == CASTLE_SUCCESS, "%s", castle_last_error());
     const castle_tuning *t = &tunings[_i];
+    char ts[256];
+    ck_assert(castle_tuning_string(t, ts, sizeof ts) == CASTLE_SUCCESS);
     castle_status st = castle_context_set_tuning(ctx, t);
     if (st == CASTLE_ERR_BAD_TUNING) { /* a device too small for this entry: said, not hidden */
-        fprintf(stderr, "tuning {%u, %u, %u, %u} does not fit this device: %s\n", t->block, t->threads, t->dchunk,
-                t->vector, castle_last_error());
+        fprintf(stderr, "tuning %s does not fit this device: %s\n", ts, castle_last_error());
         castle_context_destroy(ctx);
         return;
     }
@@ -107,11 +117,53 @@ START_TEST(test_tunings)
         double g = 0;
         for (int q = 0; q < 6; ++q)
             g = fmax(g, out.err_grad[q]);
-        ck_assert_msg(out.guards_ok && out.finite, "tuning {%u, %u, %u, %u}: guards or finiteness", t->block,
-                      t->threads, t->dchunk, t->vector);
+        ck_assert_msg(out.guards_ok && out.finite, "tuning %s: guards or finiteness", ts);
         ck_assert_msg(out.err_o <= FORWARD_TOL && out.err_lse <= FORWARD_TOL && g <= BACKWARD_TOL,
-                      "tuning {%u, %u, %u, %u}, L=%zu: err_o %.3g err_lse %.3g grad %.3g", t->block, t->threads,
-                      t->dchunk, t->vector, cases[k].L, out.err_o, out.err_lse, g);
+                      "tuning %s, L=%zu: err_o %.3g err_lse %.3g grad %.3g", ts, cases[k].L, out.err_o, out.err_lse, g);
+    }
+    castle_context_destroy(ctx);
+}
+END_TEST
+
+/* A NaN or an Inf at row r of any input leaves every output row before r bitwise unchanged, under
+   the CPU and the GPU mapping, for CASTLE and CASTLE-SWL: masked terms are dropped by select, never
+   multiplied by a zero (0 x NaN = NaN), and products over a causal triangle stop at the diagonal.
+   Rows 5 (inside the first block, so inside the diagonal products) and 40 (a later block). */
+static const castle_tuning nan_mappings[] = {
+    TUNING(.block = 32, .threads = 32, .dchunk = 32, .vector = 16, .tm = 2, .tn = 1, .fold = 8),
+    TUNING(.block = 32, .threads = 64, .dchunk = 32, .vector = 16, .tm = 1, .tn = 1, .fold = 8),
+    TUNING(.block = 32, .threads = 64, .dchunk = 32, .vector = 1, .tm = 4, .tn = 4, .fold = 8),
+};
+
+START_TEST(test_nonfinite_row)
+{
+    castle_context *ctx = NULL;
+    ck_assert(castle_context_create_default(NULL, &ctx) == CASTLE_SUCCESS);
+    ck_assert_msg(castle_context_set_tuning(ctx, &nan_mappings[_i]) == CASTLE_SUCCESS, "%s", castle_last_error());
+    static const size_t rows[] = {5, 40};
+    for (long W = 0; W <= 7; W += 7) {
+        const h_fwd_case c = {1, 2, 100, 24, W, H_BHLD, 1, 0, 77};
+        h_fwd_out clean;
+        ck_assert(h_run_forward(ctx, castle_context_queue(ctx), &c, false, true, &clean) == CASTLE_SUCCESS);
+        for (int t = 0; t < 6; ++t)
+            for (size_t k = 0; k < 2; ++k) {
+                h_poisoned = (h_poison){t, rows[k], k ? INFINITY : NAN};
+                h_fwd_out bad;
+                castle_status st = h_run_forward(ctx, castle_context_queue(ctx), &c, false, true, &bad);
+                h_poisoned.tensor = -1;
+                ck_assert_msg(st == CASTLE_SUCCESS, "%s", castle_last_error());
+                for (size_t bh = 0; bh < c.B * c.H; ++bh) {
+                    const size_t r = rows[k];
+                    ck_assert_msg(!memcmp(bad.o + bh * c.L * c.d, clean.o + bh * c.L * c.d, r * c.d * sizeof(float)),
+                                  "W=%ld: %s at row %zu of input %d changed O of an earlier row", W, k ? "Inf" : "NaN",
+                                  r, t);
+                    ck_assert_msg(!memcmp(bad.lse + bh * c.L, clean.lse + bh * c.L, r * sizeof(float)),
+                                  "W=%ld: %s at row %zu of input %d changed lse of an earlier row", W,
+                                  k ? "Inf" : "NaN", r, t);
+                }
+                h_fwd_out_free(&bad);
+            }
+        h_fwd_out_free(&clean);
     }
     castle_context_destroy(ctx);
 }
@@ -160,6 +212,10 @@ Suite *forward_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_tunings, 0, (int)(sizeof tunings / sizeof tunings[0]));
     tcase_add_loop_test(tc, test_fold_equals_wavefront, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("nonfinite");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_nonfinite_row, 0, (int)(sizeof nan_mappings / sizeof nan_mappings[0]));
     suite_add_tcase(s, tc);
     return s;
 }

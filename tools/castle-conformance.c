@@ -163,7 +163,8 @@ static bool run_device(const options *o, const char *spec, bool first)
     cl_device_id dev = castle_context_device(ctx);
     char *name = dev_str(dev, CL_DEVICE_NAME), *vendor = dev_str(dev, CL_DEVICE_VENDOR),
          *driver = dev_str(dev, CL_DRIVER_VERSION);
-    castle_tuning t = {0, 0, 0, 0, 0};
+    castle_tuning t;
+    memset(&t, 0, sizeof t);
     castle_context_get_tuning(ctx, &t);
     const char *tname = castle_context_tuning_name(ctx);
     if (o->json) {
@@ -177,13 +178,14 @@ static bool run_device(const options *o, const char *spec, bool first)
         json_string(driver);
         printf(", \"tuning\": {\"name\": ");
         json_string(tname);
-        printf(", \"block\": %u, \"threads\": %u, \"dchunk\": %u, \"vector\": %u, \"fold\": %u}, \"mode\": \"%s\", "
-               "\"ops\": [",
-               t.block, t.threads, t.dchunk, t.vector, t.fold, o->quick ? "quick" : "full");
+        printf(", \"block\": %u, \"threads\": %u, \"dchunk\": %u, \"vector\": %u, \"tm\": %u, \"tn\": %u, "
+               "\"fold\": %u}, \"mode\": \"%s\", \"ops\": [",
+               t.block, t.threads, t.dchunk, t.vector, t.tm, t.tn, t.fold, o->quick ? "quick" : "full");
     } else {
-        printf("# device %s: %s (%s, driver %s), tuning %s (block=%u threads=%u dchunk=%u vector=%u fold=%u), %s\n",
-               spec, name, vendor, driver, tname ? tname : "?", t.block, t.threads, t.dchunk, t.vector, t.fold,
-               o->quick ? "quick" : "full");
+        char ts[256] = "?";
+        castle_tuning_string(&t, ts, sizeof ts);
+        printf("# device %s: %s (%s, driver %s), tuning %s (%s), %s\n", spec, name, vendor, driver,
+               tname ? tname : "?", ts, o->quick ? "quick" : "full");
     }
     fflush(stdout);
     bool all_pass = true, first_op = true;

@@ -357,10 +357,10 @@ static bool report_device(cl_device_id dev, cl_uint p, cl_uint d, long flat, boo
         clReleaseContext(clc);
         return false;
     }
-    castle_tuning t = {0, 0, 0, 0, 0};
-    if (castle_context_get_tuning(ctx, &t) == CASTLE_SUCCESS)
-        printf("    tuning: %s (block=%u threads=%u dchunk=%u vector=%u fold=%u)\n",
-               or_unknown(castle_context_tuning_name(ctx)), t.block, t.threads, t.dchunk, t.vector, t.fold);
+    castle_tuning t;
+    char ts[256];
+    if (castle_context_get_tuning(ctx, &t) == CASTLE_SUCCESS && castle_tuning_string(&t, ts, sizeof ts) == CASTLE_SUCCESS)
+        printf("    tuning: %s (%s)\n", or_unknown(castle_context_tuning_name(ctx)), ts);
     else
         printf("    tuning: %s (unreadable)\n", or_unknown(castle_context_tuning_name(ctx)));
     fflush(stdout);

@@ -1,4 +1,4 @@
-/* castle-tune: searches the tuning parameters (block, threads, dchunk, vector) for one device,
+/* castle-tune: searches the tuning parameters (castle.h's CASTLE_TUNING_PARAMS) for one device,
  * verifies the winner against the fp64 reference, and writes it to the per-device tuning file that
  * castle_context_create loads (see castle.h, "Tuning").  Also prints the winner as an entry for the
  * built-in table in host/tuning.c. */
@@ -8,6 +8,8 @@
 #include "tolerance.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -18,8 +20,11 @@
 static const char usage[] =
     "usage: castle-tune [--device P:D] [--L N] [--d N] [--heads N] [--repeat N] [--file PATH] [--dry-run] [--quick]\n"
     "\n"
-    "Times castle_forward + castle_backward (B=1, H=heads, L, d) under candidate tunings, by coordinate\n"
-    "search: vector width, then block x threads, then dchunk, each stage starting from the best so far.\n"
+    "Times castle_forward + castle_backward (B=1, H=heads, L, d) under candidate tunings, in two stages:\n"
+    "every valid micro-tile shape (threads x vector x tm x tn) at the starting block and dchunk, then\n"
+    "every block x dchunk with the best shape (threads adjusted to fit).  Each candidate runs on a fresh\n"
+    "library context; one the device rejects is counted as skipped, one that fails to build or run is\n"
+    "listed ('fail ...') and makes the exit status 1 (the winner is still written).\n"
     "The winner is checked against the fp64 reference (forward and gradients), then written to the\n"
     "tuning file as the entry for this device name and driver version (other devices' entries kept).\n"
     "\n"
@@ -32,10 +37,10 @@ static const char usage[] =
     "  --file PATH    tuning file (default: $CASTLE_TUNING_FILE, else $XDG_CONFIG_HOME/castle/tuning.tsv,\n"
     "                 else ~/.config/castle/tuning.tsv)\n"
     "  --dry-run      search and verify, but do not write the file\n"
-    "  --quick        a reduced search: the starting tuning and one other vector width (for tests)\n"
+    "  --quick        a reduced search: the starting tuning and one other micro-tile shape (for tests)\n"
     "  -h, --help     this text\n"
     "\n"
-    "exit status: 0 success, 1 library, device or file failure, 2 bad usage\n";
+    "exit status: 0 success, 1 library, device or file failure or a candidate that failed, 2 bad usage\n";
 
 typedef struct options {
     const char *device, *file;
@@ -103,7 +108,9 @@ static int parse_args(int argc, char **argv, options *o)
 }
 
 typedef struct tuner {
-    castle_context *ctx;
+    castle_context *ctx; /* the device's context: buffers, queue, validity checks; runs nothing */
+    castle_context *run; /* the candidate's own context (fresh per candidate: programs are released) */
+    int tried, skipped, failed;
     cl_context clc;
     cl_command_queue q;
     castle_attention_desc desc;
@@ -121,7 +128,7 @@ static int cmp_double(const void *a, const void *b)
 static double time_candidate(tuner *tu)
 {
     size_t ws_bytes = 0;
-    if (castle_forward_workspace_size(tu->ctx, &tu->desc, &ws_bytes))
+    if (castle_forward_workspace_size(tu->run, &tu->desc, &ws_bytes))
         return -1;
     cl_int err;
     cl_mem ws = clCreateBuffer(tu->clc, CL_MEM_READ_WRITE, ws_bytes, NULL, &err);
@@ -135,10 +142,10 @@ static double time_candidate(tuner *tu)
         cl_event start = NULL, mid = NULL, end = NULL;
         if (clEnqueueMarkerWithWaitList(tu->q, 0, NULL, &start) != CL_SUCCESS)
             break;
-        castle_status st = castle_forward(tu->ctx, &tu->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], ws,
+        castle_status st = castle_forward(tu->run, &tu->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], ws,
                                           tu->q, 1, &start, &mid);
         if (!st)
-            st = castle_backward(tu->ctx, &tu->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], ws, b[8], b[9],
+            st = castle_backward(tu->run, &tu->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], ws, b[8], b[9],
                                  b[10], b[11], b[12], b[13], b[14], tu->q, 1, &mid, &end);
         if (st) {
             clReleaseEvent(start);
@@ -164,22 +171,30 @@ static double time_candidate(tuner *tu)
     return result;
 }
 
-/* Tries t: returns its time, or -1 when the device rejects it (the reason goes to stderr). */
+/* Tries t on a fresh context: returns its time, or -1 when the device rejects it (counted as
+   skipped) or it fails to build or run (listed on stderr, counted as failed). */
 static double try_tuning(tuner *tu, const castle_tuning *t)
 {
-    castle_tuning c = *t;
-    if (castle_context_set_tuning(tu->ctx, &c) != CASTLE_SUCCESS) {
-        fprintf(stderr, "  skip block=%u threads=%u dchunk=%u vector=%u: %s\n", t->block, t->threads, t->dchunk,
-                t->vector, castle_last_error());
+    char ts[256];
+    castle_tuning_string(t, ts, sizeof ts);
+    if (castle_context_set_tuning(tu->ctx, t) != CASTLE_SUCCESS) {
+        ++tu->skipped;
         return -1;
     }
-    const double ms = time_candidate(tu);
-    if (ms < 0)
-        fprintf(stderr, "  fail block=%u threads=%u dchunk=%u vector=%u: %s\n", t->block, t->threads, t->dchunk,
-                t->vector, castle_last_error());
-    else
-        printf("  block=%-2u threads=%-4u dchunk=%-2u vector=%-2u  forward+backward %.3f ms\n", t->block, t->threads,
-               t->dchunk, t->vector, ms);
+    ++tu->tried;
+    double ms = -1;
+    if (castle_context_create(castle_context_cl_context(tu->ctx), castle_context_device(tu->ctx), &tu->run) ==
+            CASTLE_SUCCESS &&
+        castle_context_set_tuning(tu->run, t) == CASTLE_SUCCESS)
+        ms = time_candidate(tu);
+    if (ms < 0) {
+        ++tu->failed;
+        fprintf(stderr, "  fail %s: %s\n", ts, castle_last_error());
+    } else {
+        printf("  %s  forward+backward %.3f ms\n", ts, ms);
+    }
+    castle_context_destroy(tu->run);
+    tu->run = NULL;
     fflush(stdout);
     return ms;
 }
@@ -242,8 +257,9 @@ static int write_entry(const char *path, const char *device, const char *driver,
         fputs("# libcastle tuning file (written by castle-tune): device name, driver version, tuning\n", f);
     else
         fputs(old, f);
-    fprintf(f, "%s\t%s\tblock=%u,threads=%u,dchunk=%u,vector=%u,fold=%u\n", device, driver, t->block, t->threads,
-            t->dchunk, t->vector, t->fold);
+    char ts[256];
+    castle_tuning_string(t, ts, sizeof ts);
+    fprintf(f, "%s\t%s\t%s\n", device, driver, ts);
     free(old);
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
         fprintf(stderr, "castle-tune: cannot write %s: %s\n", path, strerror(errno));
@@ -305,44 +321,70 @@ int main(int argc, char **argv)
            castle_context_tuning_name(tu.ctx));
     double best_ms = -1;
     consider(&tu, &best, &best, &best_ms);
-    /* stage 1: vector width */
-    static const unsigned vectors[] = {1, 4, 8, 16};
-    for (size_t v = 0; v < 4; ++v) {
-        castle_tuning t = best;
-        t.vector = vectors[v];
-        if (t.vector != best.vector && (!opt.quick || vectors[v] == 4))
-            consider(&tu, &t, &best, &best_ms);
-    }
-    /* stage 2: block x threads */
-    static const unsigned blocks[] = {16, 32, 64};
-    for (size_t bi = 0; bi < 3; ++bi) {
-        const unsigned blk = blocks[bi];
-        if (opt.quick)
-            continue;
-        for (unsigned th = blk; th <= blk * blk && th <= max_wg && th <= 1024; th *= 2) {
-            castle_tuning t = best;
-            t.block = blk;
-            t.threads = th;
-            if ((blk * t.dchunk) % th || t.vector > blk || (t.block == best.block && t.threads == best.threads))
+    /* the values each parameter may take (castle.h's list), powers of two where it says so */
+    enum { NPARAM = 0
+#define COUNT_(field, macro, lo, hi, flags, help) +1
+                    CASTLE_TUNING_PARAMS(COUNT_)
+#undef COUNT_
+    };
+    static const struct { unsigned lo, hi; } range[NPARAM] = {
+#define RANGE_(field, macro, lo, hi, flags, help) {lo, hi},
+        CASTLE_TUNING_PARAMS(RANGE_)
+#undef RANGE_
+    };
+    enum { P_BLOCK, P_THREADS, P_DCHUNK, P_VECTOR, P_TM, P_TN };
+    _Static_assert(offsetof(castle_tuning, tn) - offsetof(castle_tuning, block) == P_TN * sizeof(unsigned),
+                   "P_* follow the order of CASTLE_TUNING_PARAMS");
+    /* stage 1: every micro-tile shape (threads x vector x tm x tn) at the starting block and dchunk */
+    const castle_tuning s1 = best;
+    for (unsigned th = range[P_THREADS].lo; th <= range[P_THREADS].hi && th <= max_wg; th *= 2)
+        for (unsigned v = range[P_VECTOR].lo; v <= range[P_VECTOR].hi; v *= 2) /* the library rejects 2 */
+            for (unsigned tm = range[P_TM].lo; tm <= range[P_TM].hi; tm *= 2)
+                for (unsigned tn = range[P_TN].lo; tn <= range[P_TN].hi; tn *= 2) {
+                    castle_tuning t = s1;
+                    t.threads = th;
+                    t.vector = v;
+                    t.tm = tm;
+                    t.tn = tn;
+                    if (th == s1.threads && v == s1.vector && tm == s1.tm && tn == s1.tn)
+                        continue;
+                    if (opt.quick && (tu.tried >= 2 || v != (s1.vector > 1 ? 4u : 1u)))
+                        continue;
+                    consider(&tu, &t, &best, &best_ms);
+                }
+    /* stage 2: every block x dchunk with the best shape, threads the nearest to the best that fit */
+    const castle_tuning s2 = best;
+    for (unsigned blk = range[P_BLOCK].lo; blk <= range[P_BLOCK].hi && !opt.quick; blk *= 2)
+        for (unsigned c = range[P_DCHUNK].lo; c <= range[P_DCHUNK].hi; c *= 2) {
+            if (blk == s2.block && c == s2.dchunk)
                 continue;
-            consider(&tu, &t, &best, &best_ms);
+            castle_tuning t = s2, pick = s2;
+            t.block = blk;
+            t.dchunk = c;
+            unsigned gap = UINT_MAX;
+            for (unsigned th = range[P_THREADS].lo; th <= range[P_THREADS].hi && th <= max_wg; th *= 2) {
+                t.threads = th;
+                const unsigned g = th > s2.threads ? th / s2.threads : s2.threads / th;
+                if (g < gap && castle_context_set_tuning(tu.ctx, &t) == CASTLE_SUCCESS) {
+                    gap = g;
+                    pick = t;
+                }
+            }
+            if (gap != UINT_MAX)
+                consider(&tu, &pick, &best, &best_ms);
+            else
+                ++tu.skipped;
         }
-    }
-    /* stage 3: dchunk */
-    static const unsigned chunks[] = {8, 16, 32, 64};
-    for (size_t c = 0; c < 4 && !opt.quick; ++c) {
-        castle_tuning t = best;
-        t.dchunk = chunks[c];
-        if (t.dchunk != best.dchunk && t.dchunk % t.vector == 0 && (t.block * t.dchunk) % t.threads == 0)
-            consider(&tu, &t, &best, &best_ms);
-    }
+    printf("candidates: %d run, %d failed, %d not valid on this device\n", tu.tried, tu.failed, tu.skipped);
     if (best_ms < 0) {
         fprintf(stderr, "castle-tune: no candidate ran on this device\n");
         rc = 1;
         goto done;
     }
-    printf("best: block=%u threads=%u dchunk=%u vector=%u, forward+backward %.3f ms (start %u/%u/%u/%u)\n", best.block,
-           best.threads, best.dchunk, best.vector, best_ms, start.block, start.threads, start.dchunk, start.vector);
+    char bs[256], ss[256];
+    castle_tuning_string(&best, bs, sizeof bs);
+    castle_tuning_string(&start, ss, sizeof ss);
+    printf("best: %s, forward+backward %.3f ms (start %s)\n", bs, best_ms, ss);
 
     /* verify the winner against the fp64 reference before anyone loads it */
     castle_context_set_tuning(tu.ctx, &best);
@@ -361,8 +403,12 @@ int main(int argc, char **argv)
         }
     }
     printf("verified against the fp64 reference: forward and gradients within tolerance\n");
-    printf("table entry for host/tuning.c:\n    {\"<name>\", \"%s\", \"%s\", CL_DEVICE_TYPE_ALL, {%u, %u, %u, %u, %u}},\n",
-           vendor, name, best.block, best.threads, best.dchunk, best.vector, best.fold);
+    printf("table entry for host/tuning.c:\n    {\"<name>\", \"%s\", \"%s\", CL_DEVICE_TYPE_ALL, {sizeof(castle_tuning)", vendor,
+           name);
+#define ENTRY_(field, macro, lo, hi, flags, help) printf(", ." #field " = %u", best.field);
+    CASTLE_TUNING_PARAMS(ENTRY_)
+#undef ENTRY_
+    printf("}},\n");
     if (!opt.dry) {
         char path[4096];
         if (opt.file)
@@ -374,6 +420,10 @@ int main(int argc, char **argv)
         }
         if ((rc = write_entry(path, name, driver, &best)) == 0)
             printf("written to %s\n", path);
+    }
+    if (tu.failed && !rc) {
+        fprintf(stderr, "castle-tune: %d candidate(s) failed to build or run (listed above)\n", tu.failed);
+        rc = 1;
     }
 done:
     for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)

@@ -121,12 +121,13 @@ class Device:
 
     @property
     def tuning(self):
-        # castle_tuning has no struct_size: a library whose castle_tuning gained fields writes more than
-        # _lib.Tuning holds, so it writes into spare room and the known fields are read from its start.
+        # castle_context_get_tuning writes the library's castle_tuning (struct_size first): a library
+        # whose castle_tuning gained fields writes more than _lib.Tuning holds, so it writes into spare
+        # room and the known fields are read from its start.
         room = (ctypes.c_char * (ctypes.sizeof(_lib.Tuning) + 256))()
         _check(lib.castle_context_get_tuning(self._handle, room), "castle_context_get_tuning")
         t = _lib.Tuning.from_buffer(room)
-        return {f: getattr(t, f) for f, _ in _lib.Tuning._fields_} | {
+        return {f: getattr(t, f) for f, _ in _lib.Tuning._fields_ if f != "struct_size"} | {
             "name": lib.castle_context_tuning_name(self._handle).decode()}
 
     def finish(self):

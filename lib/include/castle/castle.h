@@ -126,32 +126,58 @@ CASTLE_API cl_context castle_context_cl_context(const castle_context *ctx);
 CASTLE_API const char *castle_build_log(const castle_context *ctx);
 
 /* ---- Tuning ------------------------------------------------------------------------------- */
-/* Block, work-group and vector sizes.  Chosen at context creation from the built-in per-device
-   table (vendor -> device -> default), then the tuning file castle-tune writes ($CASTLE_TUNING_FILE,
-   else $XDG_CONFIG_HOME/castle/tuning.tsv, else ~/.config/castle/tuning.tsv; the entry for this
-   device name and driver version, if valid), then the environment variable CASTLE_TUNING
-   ("block=32,threads=256,dchunk=32,vector=8,fold=8"; missing keys keep their value), then
-   castle_context_set_tuning().  Constraints: block in {8,16,32,64}; threads a multiple of block,
-   dividing block*block and block*dchunk, at most the device's work-group size; dchunk in
-   {4,8,16,32,64}; vector in {0,1,4,8,16} dividing block and dchunk, with threads x vector dividing
-   block*block and block*dchunk (0: the table's width for the device, narrowed until it fits);
-   fold at most 1024; the local memory the kernels need must fit the device's. */
+/* Block, work-group, micro-tile and vector sizes.  Chosen at context creation from the built-in
+   per-device table (vendor -> device -> default), then the tuning file castle-tune writes
+   ($CASTLE_TUNING_FILE, else $XDG_CONFIG_HOME/castle/tuning.tsv, else ~/.config/castle/tuning.tsv;
+   the entry for this device name and driver version, if valid), then the environment variable
+   CASTLE_TUNING ("block=32,threads=64,dchunk=32,vector=1,tm=4,tn=4,fold=8"; missing keys keep their
+   value, vector, tm and tn are re-derived unless given), then castle_context_set_tuning().
+
+   The kernels split every BLK x BLK product of a block pair (and every BLK x dchunk slab) into
+   micro-tiles of tm rows x tn vectors of `vector` columns, one work-item's registers each (CLBlast
+   xgemm's MWI x NWI); operands are staged through local memory dchunk columns of d at a time.  The
+   CPU mapping is tm = tn = 1 with 16-wide vectors, the GPU mapping tm = tn = 4 with vector = 1.
+   Constraints: each value a power of two in the range below (fold: any integer in it), 0 where
+   "0 = derive" is said; threads a multiple of block, at most the device's work-group size, with
+   threads x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector
+   dividing block and dchunk; the local memory the kernels need must fit the device's.
+
+   The parameters, in struct order, declared once: X(field, kernel macro or NULL, smallest value,
+   largest value, flags, help).  The library's parser, kernel options and checks, castle-info and
+   castle-tune are driven by this list. */
+#define CASTLE_TUNING_POW2 1u  /* flag: only powers of two */
+#define CASTLE_TUNING_DERIVE 2u /* flag: 0 = derive from the device and the other parameters */
+#define CASTLE_TUNING_NOT2 4u   /* flag: 2 is not allowed (no kernel has 2-wide vectors) */
+#define CASTLE_TUNING_PARAMS(X)                                                                              \
+    X(block, "BLK", 8, 64, CASTLE_TUNING_POW2, "rows per block (docs/algorithm.md section 3)")                           \
+    X(threads, "NT", 8, 1024, CASTLE_TUNING_POW2, "work-items per work-group")                              \
+    X(dchunk, "DT", 4, 64, CASTLE_TUNING_POW2, "columns of d staged through local memory per step")        \
+    X(vector, "VW", 1, 16, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE | CASTLE_TUNING_NOT2,                 \
+      "SIMD width of a micro-tile column vector: 1, 4, 8 or 16 (0: 16 on CPUs, 1 elsewhere, narrowed)")   \
+    X(tm, "TM", 1, 8, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                           \
+      "rows of a work-item's micro-tile (0: 1 when vector > 1, else 4, narrowed to fit)")                   \
+    X(tn, "TN", 1, 8, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                           \
+      "vectors per row of a work-item's micro-tile (0: as tm)")                                             \
+    X(fold, NULL, 0, 1024, 0,                                                                              \
+      "sequences of at most fold blocks run the whole wavefront in one launch (one work-group per batch "  \
+      "entry and head) when batch x heads >= 2 x the device's compute units; 0 never folds")
 typedef struct castle_tuning {
-    unsigned block;   /* BLK: rows per block (docs/algorithm.md section 3) */
-    unsigned threads; /* work-items per work-group */
-    unsigned dchunk;  /* columns of d staged through local memory per step */
-    unsigned vector;  /* SIMD width of the kernels' dot products (1 = scalar) */
-    unsigned fold;    /* sequences of at most `fold` blocks run the whole wavefront in one launch (one
-                         work-group per batch entry and head) when batch x heads >= 2 x the device's
-                         compute units; 0 never folds */
+    size_t struct_size; /* sizeof(castle_tuning); castle_context_get_tuning sets it */
+#define CASTLE_TUNING_FIELD_(field, macro, lo, hi, flags, help) unsigned field;
+    CASTLE_TUNING_PARAMS(CASTLE_TUNING_FIELD_)
+#undef CASTLE_TUNING_FIELD_
 } castle_tuning;
 CASTLE_API castle_status castle_context_get_tuning(const castle_context *ctx, castle_tuning *out);
+/* t as "block=32,threads=64,...,fold=8" (every parameter, in CASTLE_TUNING_PARAMS order): the syntax
+   of CASTLE_TUNING and of the tuning file.  CASTLE_ERR_INVALID_ARGUMENT when size is too small. */
+CASTLE_API castle_status castle_tuning_string(const castle_tuning *t, char *buf, size_t size);
 /* The path of the tuning file the library reads (and castle-tune writes), into path[0 .. size). */
 CASTLE_API castle_status castle_tuning_file(char *path, size_t size);
 /* Name of the table entry used ("default", "pocl-cpu", ...; "shrunk" when cut down to fit the device;
    "file", "environment" or "api" when overridden). */
 CASTLE_API const char *castle_context_tuning_name(const castle_context *ctx);
-/* Validates against the device and installs.  Workspaces are sized by the block: a workspace sized
+/* Validates against the device and installs (struct_size must be sizeof(castle_tuning), else
+   CASTLE_ERR_DESC_VERSION).  Workspaces are sized by the block: a workspace sized
    under one tuning must not be used under another. */
 CASTLE_API castle_status castle_context_set_tuning(castle_context *ctx, const castle_tuning *tuning);
 

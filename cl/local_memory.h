@@ -1,0 +1,28 @@
+/* local_memory.h: the local memory (in floats) each kernel family needs under a tuning.
+ *
+ * Plain preprocessor arithmetic, valid C and OpenCL C: host/tuning.c includes this file to check a
+ * tuning against the device, and host/program.c puts it in front of every program, where the kernels
+ * size their __local arrays with the same macros.  b = BLK (block rows), c = DT (columns of d per
+ * step), dmax = CASTLE_MAX_HEAD_DIM. */
+#ifndef CASTLE_LOCAL_MEMORY_H
+#define CASTLE_LOCAL_MEMORY_H
+
+#define CASTLE_LM_MAX_(x, y) ((x) > (y) ? (x) : (y))
+
+/* cl/forward.cl.  Phase 1: five k-major tiles of c columns (QC, QU, KC, KU, and D or VU).  Phases
+   2-5: G^T, X^T and the scores (transposed), the per-row alpha and l, two row-major tiles (VC, VU). */
+#define CASTLE_LM_FORWARD(b, c) CASTLE_LM_MAX_(5 * (b) * (c), 3 * (b) * (b) + 2 * (b) + 2 * (b) * (c))
+
+/* cl/backward.cl (its LM_BW): eight b x b matrices, seven b x c tiles, two rows. */
+#define CASTLE_LM_BACKWARD(b, c) (8 * (b) * (b) + 7 * (b) * (c) + 2 * (b))
+
+/* cl/causal.cl: b (CC_TROWS + c + 2 b + 3) bounds each of its kernels, with the transposed tile
+   CC_TROWS = min(dmax, 4 (b + c)) columns wide. */
+#define CASTLE_LM_CAUSAL_TROWS(b, c, dmax) (4 * ((b) + (c)) < (dmax) ? 4 * ((b) + (c)) : (dmax))
+#define CASTLE_LM_CAUSAL(b, c, dmax) ((b) * (CASTLE_LM_CAUSAL_TROWS(b, c, dmax) + (c) + 2 * (b) + 3))
+
+/* The most any family needs: what a tuning must fit. */
+#define CASTLE_LM_ANY(b, c, dmax)                                                                      \
+    CASTLE_LM_MAX_(CASTLE_LM_MAX_(CASTLE_LM_FORWARD(b, c), CASTLE_LM_BACKWARD(b, c)), CASTLE_LM_CAUSAL(b, c, dmax))
+
+#endif
