@@ -533,9 +533,10 @@ static bool same_prefix(const dec_case *c, const float *a, const float *b, size_
 }
 
 /* Ragged prompts (20 and 9 tokens), then chunks of 3 (_i = 0: CASTLE, 1: SWL window 5).  NaN, +Inf
-   and -Inf in each of the six inputs at token 24 (decoded in both sequences, the second of its call):
-   the outputs before it keep their bits.  (Rows 7 and 14, in the prompts, and the prefill's padding
-   (PAD) go through the forward pass: they join the loop once it never reads masked values.) */
+   and -Inf in each of the six inputs at token 7 (in both prompts), 14 (in the longer prompt; a decoded
+   token of the shorter sequence, whose prefill padding holds it too) and 24 (decoded in both), and in
+   all the padding past prompt_lengths: the outputs before the token (for the padding: all of them)
+   keep their bits. */
 START_TEST(test_causality)
 {
     const dec_case c = {2, 2, 16, _i ? 5 : 0, {20, 9}, 21, 3, 0, H_BHLD, true, 61, false};
@@ -546,9 +547,9 @@ START_TEST(test_causality)
     ck_assert(o0 && l0 && o && l);
     castle_cache_destroy(run_sequence(&c, o0, l0));
     static const float values[] = {NAN, INFINITY, -INFINITY};
-    static const size_t rows[] = {24};
-    for (int t = 0; t < 6; ++t)
-        for (int r = 0; r < (int)(sizeof rows / sizeof rows[0]); ++r)
+    static const size_t rows[] = {24, 7, 14};
+    for (int t = 0; t <= 6; ++t)
+        for (int r = 0; r < (t < 6 ? 3 : 1); ++r)
             for (int v = 0; v < 3; ++v) {
                 poison.tensor = t < 6 ? t : PAD;
                 poison.row = rows[r];

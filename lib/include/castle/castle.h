@@ -322,9 +322,11 @@ CASTLE_API castle_status castle_cache_buffer(const castle_cache *cache, castle_c
    tokens laid out by desc (batch, heads, head_dim, window and scale as the cache's, else
    CASTLE_ERR_SHAPE_MISMATCH).  prompt_lengths: NULL means every sequence has P tokens; otherwise
    sequence b has prompt_lengths[b] <= P tokens (at most the capacity, else CASTLE_ERR_CACHE_FULL); its
-   later rows are read by the forward pass, so they must hold finite values, but they change nothing.  Writes o (and lse, unless NULL) as castle_forward does for the first
-   prompt_lengths[b] rows of each sequence (later rows: unspecified values), and the cache: U by the
-   forward's D (docs/algorithm.md section 3) or, for sequences shorter than P, by one flash-style gated pass.
+   later rows (padding) may hold anything, NaN and Inf included: they change no output of the first
+   prompt_lengths[b] rows, nor the cache, nor any later decode (test_decode checks it).  Writes o
+   (and lse, unless NULL) as castle_forward does for the first prompt_lengths[b] rows of each
+   sequence (later rows: unspecified values), and the cache: U by the forward's D (docs/algorithm.md
+   section 3) or, for sequences shorter than P, by one flash-style gated pass.
    Allocates the forward's workspace for the call. */
 CASTLE_API castle_status castle_prefill(castle_context *ctx, castle_cache *cache, const castle_attention_desc *desc,
                                         const size_t *prompt_lengths,
