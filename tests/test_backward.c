@@ -107,9 +107,8 @@ START_TEST(test_causality)
 {
     const h_fwd_case c = {2, 2, 100, 33, _i / NPOISON_ROWS ? 7 : 0, H_BHLD, 1, 0, 515};
     const size_t r = poison_rows[_i % NPOISON_ROWS], BH = c.B * c.H, L = c.L, d = c.d;
-    /* VC is not among them yet: the forward's P VC product still reads the masked VC rows of a
-       diagonal block (a NaN at row r changes the forward's O rows before r). */
-    static const int tensors[] = {CASTLE_TENSOR_QC, 6 /* dO */, CASTLE_TENSOR_KC, CASTLE_TENSOR_QU};
+    static const int tensors[] = {CASTLE_TENSOR_QC, 6 /* dO */, CASTLE_TENSOR_KC, CASTLE_TENSOR_VC,
+                                  CASTLE_TENSOR_QU};
     static const float values[] = {NAN, INFINITY, -INFINITY};
     h_fwd_out clean, out;
     ck_assert(h_run_backward(h_context(), h_queue(), &c, H_GRAD_NONE, true, &clean) == CASTLE_SUCCESS);
