@@ -5,9 +5,11 @@
 #define _POSIX_C_SOURCE 200809L
 #include "castle/castle.h"
 #include "harness.h"
+#include "tool.h"
 #include "tolerance.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <stddef.h>
 #include <math.h>
@@ -55,55 +57,72 @@ static int bad_usage(const char *msg, const char *arg)
     return 2;
 }
 
+/* A positive integer option value (at most 1000000) into *x; false when v is anything else. */
+static bool parse_count(const char *v, unsigned long long *x)
+{
+    char *end;
+    errno = 0;
+    *x = strtoull(v, &end, 10);
+    return end != v && !*end && !errno && v[0] != '-' && *x > 0 && *x <= 1000000;
+}
+
 static int parse_args(int argc, char **argv, options *o)
 {
+    enum { OPT_DEVICE = 256, OPT_FILE, OPT_L, OPT_D, OPT_HEADS, OPT_REPEAT, OPT_DRY, OPT_QUICK };
+    static const struct option longopts[] = {
+        {"device", required_argument, NULL, OPT_DEVICE}, {"file", required_argument, NULL, OPT_FILE},
+        {"L", required_argument, NULL, OPT_L},           {"d", required_argument, NULL, OPT_D},
+        {"heads", required_argument, NULL, OPT_HEADS},   {"repeat", required_argument, NULL, OPT_REPEAT},
+        {"dry-run", no_argument, NULL, OPT_DRY},         {"quick", no_argument, NULL, OPT_QUICK},
+        {"help", no_argument, NULL, 'h'},                {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof *o);
     o->L = 1024;
     o->d = 64;
     o->heads = 4;
     o->repeat = 3;
-    for (int i = 1; i < argc; ++i) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        unsigned long long x = 0;
+        switch (c) {
+        case 'h':
             fputs(usage, stdout);
             exit(0);
-        }
-        if (!strcmp(a, "--dry-run")) {
+        case OPT_DEVICE:
+            o->device = optarg;
+            break;
+        case OPT_FILE:
+            o->file = optarg;
+            break;
+        case OPT_DRY:
             o->dry = true;
-            continue;
-        }
-        if (!strcmp(a, "--quick")) {
+            break;
+        case OPT_QUICK:
             o->quick = true;
-            continue;
+            break;
+        case OPT_L:
+        case OPT_D:
+        case OPT_HEADS:
+        case OPT_REPEAT:
+            if (!parse_count(optarg, &x))
+                return bad_usage("expected a positive integer, got", optarg);
+            if (c == OPT_L)
+                o->L = (size_t)x;
+            else if (c == OPT_D)
+                o->d = (size_t)x;
+            else if (c == OPT_HEADS)
+                o->heads = (size_t)x;
+            else
+                o->repeat = (long)x;
+            break;
+        case ':':
+            return bad_usage("missing value for", argv[optind - 1]);
+        default:
+            return bad_usage("unknown option", argv[optind - 1]);
         }
-        if (strcmp(a, "--device") && strcmp(a, "--file") && strcmp(a, "--L") && strcmp(a, "--d") &&
-            strcmp(a, "--heads") && strcmp(a, "--repeat"))
-            return bad_usage("unknown option", a);
-        if (i + 1 >= argc)
-            return bad_usage("missing value for", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--device")) {
-            o->device = v;
-            continue;
-        }
-        if (!strcmp(a, "--file")) {
-            o->file = v;
-            continue;
-        }
-        char *end;
-        errno = 0;
-        unsigned long long x = strtoull(v, &end, 10);
-        if (end == v || *end || errno || v[0] == '-' || x == 0 || x > 1000000)
-            return bad_usage("expected a positive integer, got", v);
-        if (!strcmp(a, "--L"))
-            o->L = (size_t)x;
-        else if (!strcmp(a, "--d"))
-            o->d = (size_t)x;
-        else if (!strcmp(a, "--heads"))
-            o->heads = (size_t)x;
-        else
-            o->repeat = (long)x;
     }
+    if (optind < argc)
+        return bad_usage("unexpected argument", argv[optind]);
     return 0;
 }
 
@@ -118,57 +137,44 @@ typedef struct tuner {
     const options *opt;
 } tuner;
 
-static int cmp_double(const void *a, const void *b)
+/* One timed run for tool_time: the candidate's forward, then its backward. */
+typedef struct candidate_run {
+    tuner *tu;
+    cl_mem ws;
+} candidate_run;
+
+static castle_status run_candidate(void *state, cl_event wait, cl_event *end)
 {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    const candidate_run *cr = state;
+    tuner *tu = cr->tu;
+    cl_mem *b = tu->buf;
+    cl_event mid = NULL;
+    castle_status st = castle_forward(tu->run, &tu->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], cr->ws,
+                                      tu->q, wait ? 1 : 0, wait ? &wait : NULL, &mid);
+    if (st == CASTLE_SUCCESS)
+        st = castle_backward(tu->run, &tu->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], cr->ws, b[8], b[9],
+                             b[10], b[11], b[12], b[13], b[14], tu->q, 1, &mid, end);
+    if (mid)
+        clReleaseEvent(mid);
+    return st;
 }
 
-/* Median device ms of forward + backward under the context's current tuning; < 0 on failure. */
-static double time_candidate(tuner *tu)
+/* Median ms of forward + backward under the candidate context's tuning (tools' shared timer: one
+   warm-up run, which compiles the kernels, then --repeat timed runs); < 0 on failure. */
+static double time_candidate(tuner *tu, const char **clock)
 {
     size_t ws_bytes = 0;
     if (castle_forward_workspace_size(tu->run, &tu->desc, &ws_bytes))
         return -1;
     cl_int err;
-    cl_mem ws = clCreateBuffer(tu->clc, CL_MEM_READ_WRITE, ws_bytes, NULL, &err);
-    if (!ws)
+    candidate_run cr = {tu, clCreateBuffer(tu->clc, CL_MEM_READ_WRITE, ws_bytes, NULL, &err)};
+    if (!cr.ws)
         return -1;
-    double t[64];
-    double result = -1;
-    cl_mem *b = tu->buf;
-    long r;
-    for (r = -1; r < tu->opt->repeat; ++r) { /* r = -1: warm-up, compiles the kernels */
-        cl_event start = NULL, mid = NULL, end = NULL;
-        if (clEnqueueMarkerWithWaitList(tu->q, 0, NULL, &start) != CL_SUCCESS)
-            break;
-        castle_status st = castle_forward(tu->run, &tu->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], ws,
-                                          tu->q, 1, &start, &mid);
-        if (!st)
-            st = castle_backward(tu->run, &tu->desc, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], ws, b[8], b[9],
-                                 b[10], b[11], b[12], b[13], b[14], tu->q, 1, &mid, &end);
-        if (st) {
-            clReleaseEvent(start);
-            if (mid)
-                clReleaseEvent(mid);
-            break;
-        }
-        clWaitForEvents(1, &end);
-        cl_ulong t0 = 0, t1 = 0;
-        clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
-        clGetEventProfilingInfo(end, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
-        clReleaseEvent(start);
-        clReleaseEvent(mid);
-        clReleaseEvent(end);
-        if (r >= 0)
-            t[r] = (double)(t1 - t0) * 1e-6;
-    }
-    if (r == tu->opt->repeat) {
-        qsort(t, (size_t)r, sizeof(double), cmp_double);
-        result = r % 2 ? t[r / 2] : 0.5 * (t[r / 2 - 1] + t[r / 2]);
-    }
-    clReleaseMemObject(ws);
-    return result;
+    tool_timing t;
+    const castle_status st = tool_time(tu->q, run_candidate, &cr, 1, tu->opt->repeat, &t);
+    clReleaseMemObject(cr.ws);
+    *clock = t.clock;
+    return st == CASTLE_SUCCESS ? t.ms : -1;
 }
 
 /* Tries t on a fresh context: returns its time, or -1 when the device rejects it (counted as
@@ -183,15 +189,16 @@ static double try_tuning(tuner *tu, const castle_tuning *t)
     }
     ++tu->tried;
     double ms = -1;
+    const char *clock = "device";
     if (castle_context_create(castle_context_cl_context(tu->ctx), castle_context_device(tu->ctx), &tu->run) ==
             CASTLE_SUCCESS &&
         castle_context_set_tuning(tu->run, t) == CASTLE_SUCCESS)
-        ms = time_candidate(tu);
+        ms = time_candidate(tu, &clock);
     if (ms < 0) {
         ++tu->failed;
         fprintf(stderr, "  fail %s: %s\n", ts, castle_last_error());
     } else {
-        printf("  %s  forward+backward %.3f ms\n", ts, ms);
+        printf("  %s  forward+backward %.3f ms clock=%s\n", ts, ms, clock);
     }
     castle_context_destroy(tu->run);
     tu->run = NULL;
@@ -277,10 +284,8 @@ int main(int argc, char **argv)
         return rc;
     tuner tu = {0};
     tu.opt = &opt;
-    if (castle_context_create_default(opt.device, &tu.ctx) != CASTLE_SUCCESS) {
-        fprintf(stderr, "castle-tune: opening the device failed: %s\n", castle_last_error());
-        return 1;
-    }
+    if ((rc = tool_open_device("castle-tune", opt.device, &tu.ctx)))
+        return rc;
     tu.clc = castle_context_cl_context(tu.ctx);
     tu.q = castle_context_queue(tu.ctx);
     cl_device_id dev = castle_context_device(tu.ctx);
