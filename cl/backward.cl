@@ -40,23 +40,8 @@
 
 /* Local memory: eight BLK x BLK matrices (row stride BLK), seven BLK x DT tiles (row-major "rb",
    t[r * DT + c], or transposed "tb", t[c * BLK + r]), Delta and lse of the rows. */
-#define BW_MATS 8
-#define BW_TILES 7
-#define LM_BW (BW_MATS * BLK * BLK + BW_TILES * BLK * DT + 2 * BLK)
-
-/* Lane e of the result holds e (lane indices for masks). */
-inline vfloat lane_index(void)
-{
-#if VW == 1
-    return 0.0f;
-#elif VW == 4
-    return (float4)(0, 1, 2, 3);
-#elif VW == 8
-    return (float8)(0, 1, 2, 3, 4, 5, 6, 7);
-#else
-    return (float16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-#endif
-}
+#define BW_MATS 8 /* the matrices come first (CASTLE_LM_BACKWARD counts the same parts) */
+#define LM_BW CASTLE_LM_BACKWARD(BLK, DT) /* local_memory.h: the host checks the same formula */
 
 /* sum_c x[c] t[c * BLK .. + VW), c < DT, in cl/forward.cl's order (even and odd c apart). */
 __attribute__((always_inline)) inline vfloat row_x_tile(__local const float *x, __local const float *t)

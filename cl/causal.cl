@@ -39,7 +39,7 @@
 /* Columns of d a transposed Q^T or K^T tile holds: all of them (256) under the usual tunings; on
    tunings shrunk for small local memories the tile is staged in pieces, so that these kernels never
    need more local memory than cl/backward.cl (host/tuning.c). */
-#define CC_TROWS (4 * (BLK + DT) < CC_DMAX ? 4 * (BLK + DT) : CC_DMAX)
+#define CC_TROWS CASTLE_LM_CAUSAL_TROWS(BLK, DT, CC_DMAX) /* local_memory.h, as the host sizes it */
 
 #if (NT % BLK) != 0 || ((BLK * BLK) % NT) != 0 || NT < BLK
 #error "causal.cl: NT must be a multiple of BLK that divides BLK*BLK"

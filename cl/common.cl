@@ -104,6 +104,20 @@ inline float vmax(float16 v)
 #if (BLK % VW) != 0 || (DT % VW) != 0
 #error "VW must divide BLK and DT"
 #endif
+/* Lane e of the result holds e (lane indices for masks). */
+inline vfloat lane_index(void)
+{
+#if VW == 1
+    return 0.0f;
+#elif VW == 4
+    return (float4)(0, 1, 2, 3);
+#elif VW == 8
+    return (float8)(0, 1, 2, 3, 4, 5, 6, 7);
+#else
+    return (float16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#endif
+}
+
 #define VFALSE ((vint)0)
 
 /* ---- Register micro-tiles (castle.h "Tuning"; CLBlast xgemm's MWI x NWI) ----------------------

@@ -47,20 +47,6 @@
     L, d, H, W, sc, qu, squ, ku, sku, vu, svu, qc, sqc, kc, skc, vc, svc, o, so, lse, slse, ws, ws_dlo, \
     ws_x, ws_ml
 
-/* Lane e of the result holds e (lane indices for masks). */
-inline vfloat lane_index(void)
-{
-#if VW == 1
-    return 0.0f;
-#elif VW == 4
-    return (float4)(0, 1, 2, 3);
-#elif VW == 8
-    return (float8)(0, 1, 2, 3, 4, 5, 6, 7);
-#else
-    return (float16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-#endif
-}
-
 /* Stores the VW lanes of v as rows c, c + 1, .. of column r of a k-major BLK x BLK matrix. */
 __attribute__((always_inline)) inline void store_column(__local float *m, const int c, const int r, const vfloat v)
 {
