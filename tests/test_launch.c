@@ -1,0 +1,112 @@
+/* The launch helper (host/launch.c), tested directly against the static library: a kernel argument
+ * the driver refuses and an enqueue the driver refuses each come back as the driver's own OpenCL
+ * code (never several codes OR-ed together) with a message naming the kernel and the step, and an
+ * argument list that overflows is refused before the driver sees it.  Device: CASTLE_DEVICE. */
+#include "context.h"
+#include "launch.h"
+#include "program.h"
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+static castle_context *ctx;
+static cl_kernel kernel; /* castle_causal_append: (int n, int t0, int d, int H, ...) */
+
+static void setup(void)
+{
+    ck_assert_int_eq(castle_context_create_default(NULL, &ctx), CASTLE_SUCCESS);
+    ck_assert_int_eq(castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_append", &kernel), CASTLE_SUCCESS);
+}
+
+static void teardown(void) { castle_context_destroy(ctx); }
+
+/* Launches args over one work-group of the kernel's compiled size, plus global_extra work-items
+   (not 0: a range the work-group size does not divide, which the driver refuses). */
+static castle_status launch(const castle_args *args, size_t global_extra)
+{
+    size_t wg[3] = {0, 0, 0};
+    ck_assert_int_eq(
+        clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof wg, wg, NULL),
+        CL_SUCCESS);
+    castle_chain ch;
+    ck_assert_int_eq(castle__chain_init(&ch, castle_context_queue(ctx), 0, NULL, NULL), CASTLE_SUCCESS);
+    const size_t global[2] = {wg[0] + global_extra, 1}, local[2] = {wg[0], 1};
+    castle_status st = castle__launch(&ch, true, ctx, kernel, "castle_causal_append", args, global, local);
+    castle__chain_end(&ch);
+    return st;
+}
+
+START_TEST(test_refused_argument)
+{
+    castle_args args = {.n = 0};
+    const cl_int n = 1;
+    const cl_ulong wrong = 0; /* argument 1 is an int */
+    CASTLE_ARG(&args, n);
+    CASTLE_ARG(&args, wrong);
+    const castle_status st = launch(&args, 0);
+    ck_assert_int_eq(st, CL_INVALID_ARG_SIZE);
+    const char *msg = castle_last_error();
+    ck_assert_msg(strstr(msg, "clSetKernelArg(castle_causal_append, argument 1)"), "message: %s", msg);
+}
+END_TEST
+
+START_TEST(test_refused_enqueue)
+{
+    /* every argument right, the global size not a multiple of the work-group size */
+    castle_args args = {.n = 0};
+    const cl_int n = 1, t0 = 0, d = 4, H = 1;
+    cl_int err;
+    cl_mem buf = clCreateBuffer(castle_context_cl_context(ctx), CL_MEM_READ_WRITE, 64 * sizeof(float), NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    cl_ulong4 s;
+    memset(&s, 0, sizeof s);
+    s.s[2] = 4, s.s[1] = 16, s.s[0] = 16;
+    CASTLE_ARG(&args, n);
+    CASTLE_ARG(&args, t0);
+    CASTLE_ARG(&args, d);
+    CASTLE_ARG(&args, H);
+    for (int i = 0; i < 2; ++i) {
+        CASTLE_ARG(&args, buf);
+        CASTLE_ARG(&args, s);
+    }
+    CASTLE_ARG(&args, buf);
+    CASTLE_ARG(&args, buf);
+    CASTLE_ARG(&args, s);
+    const castle_status st = launch(&args, 1);
+    clReleaseMemObject(buf);
+    ck_assert_int_lt(st, 0);
+    ck_assert_int_gt(st, -100); /* an OpenCL code (CL_INVALID_WORK_GROUP_SIZE on conforming drivers) */
+    const char *msg = castle_last_error();
+    ck_assert_msg(strstr(msg, "clEnqueueNDRangeKernel(castle_causal_append)"), "message: %s", msg);
+}
+END_TEST
+
+START_TEST(test_too_many_arguments)
+{
+    castle_args args = {.n = 0};
+    const cl_int x = 0;
+    for (int i = 0; i <= CASTLE_MAX_ARGS; ++i)
+        CASTLE_ARG(&args, x);
+    ck_assert(args.overflow);
+    ck_assert_int_eq(launch(&args, 0), CASTLE_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(castle_last_error(), "castle_causal_append"), "message: %s", castle_last_error());
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("launch");
+    TCase *tc = tcase_create("launch");
+    tcase_set_timeout(tc, 600); /* the first use compiles the causal kernels */
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_refused_argument);
+    tcase_add_test(tc, test_refused_enqueue);
+    tcase_add_test(tc, test_too_many_arguments);
+    suite_add_tcase(s, tc);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    const int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
