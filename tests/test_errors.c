@@ -1287,16 +1287,22 @@ START_TEST(test_tuning_rejected)
     size_t max_wg = 0;
     cl_device_id dev = castle_context_device(ctx);
     ck_assert(clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL) == CL_SUCCESS);
-    /* threads over the device maximum that passes every other rule, if the rules allow one
-       (they cap threads at block*min(block, dchunk) <= 4096) */
+    /* threads over the device maximum that passes every other rule, if the rules allow one: the
+       parameter list (castle.h) caps threads at THREADS_MAX */
+    enum {
+#define TUNING_HI_(field, macro, lo, hi, flags, help) field##_hi_ = (hi),
+        CASTLE_TUNING_PARAMS(TUNING_HI_)
+#undef TUNING_HI_
+        THREADS_MAX = threads_hi_
+    };
     castle_tuning too_wide = tun(64, 0, 64, 0, 0);
     const char *too_wide_mention = "work-group";
-    for (unsigned n = 64; n <= 4096; n *= 2)
+    for (unsigned n = 64; n <= THREADS_MAX; n *= 2)
         if (n > max_wg) {
             too_wide.threads = n;
             break;
         }
-    if (!too_wide.threads) { /* max_wg >= 4096 (PoCL): any larger count breaks the divisibility rule too */
+    if (!too_wide.threads) { /* max_wg >= THREADS_MAX (PoCL, rusticl): the range rule refuses any more */
         too_wide.threads = (unsigned)(max_wg * 2);
         too_wide_mention = "threads=";
     }
