@@ -14,7 +14,7 @@
 #define CASTLE_LM_FORWARD(b, c) CASTLE_LM_MAX_(5 * (b) * (c), 3 * (b) * (b) + 2 * (b) + 2 * (b) * (c))
 
 /* cl/backward.cl (its LM_BW): eight b x b matrices, seven b x c tiles, two rows. */
-#define CASTLE_LM_BACKWARD(b, c) (8 * (b) * (b) + 7 * (b) * (c) + 2 * (b))
+#define CASTLE_LM_BACKWARD(b, c) (8 * (b) * (b) + 8 * (b) * (c) + 2 * (b))
 
 /* cl/causal.cl: b (CC_TROWS + c + 2 b + 3) bounds each of its kernels, with the transposed tile
    CC_TROWS = min(dmax, 4 (b + c)) columns wide. */
