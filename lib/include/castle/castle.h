@@ -130,13 +130,14 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
    per-device table (vendor -> device -> default), then the tuning file castle-tune writes
    ($CASTLE_TUNING_FILE, else $XDG_CONFIG_HOME/castle/tuning.tsv, else ~/.config/castle/tuning.tsv;
    the entry for this device name and driver version, if valid), then the environment variable
-   CASTLE_TUNING ("block=32,threads=64,dchunk=32,vector=1,tm=4,tn=4,fold=8"; missing keys keep their
+   CASTLE_TUNING ("block=32,threads=128,dchunk=16,vector=1,tm=2,tn=2,fold=8"; missing keys keep their
    value, vector, tm and tn are re-derived unless given), then castle_context_set_tuning().
 
    The kernels split every BLK x BLK product of a block pair (and every BLK x dchunk slab) into
    micro-tiles of tm rows x tn vectors of `vector` columns, one work-item's registers each (CLBlast
    xgemm's MWI x NWI); operands are staged through local memory dchunk columns of d at a time.  The
-   CPU mapping is tm = tn = 1 with 16-wide vectors, the GPU mapping tm = tn = 4 with vector = 1.
+   CPU mapping is tm = tn = 1 with 16-wide vectors, the GPU mapping tm = tn = 2 with vector = 1
+   and 128 work-items.
    Constraints: each value a power of two in the range below (fold: any integer in it), 0 where
    "0 = derive" is said; threads a multiple of block, at most the device's work-group size, with
    threads x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector
