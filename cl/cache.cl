@@ -159,6 +159,13 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
 #define DLN (DNT >= 128 ? DNT / 16 : 1)
 #endif
 #define TEAMS (DNT / DLN)
+/* Rows a team takes per pass between two barriers: 2 where lanes share a row (GPUs), for twice the
+   loads in flight; 1 on SIMD CPUs, where a work-item's rows are a loop anyway. */
+#if VW > 1
+#define DRP 1
+#else
+#define DRP 2
+#endif
 
 /* ---- decode ---------------------------------------------------------------------------------- */
 
@@ -212,7 +219,7 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                                 const int want_lse)
 {
     __local float lq[MAXD], lk[MAXD], lv[MAXD]; /* qC_t, kU_t, vU_t */
-    __local float rg[DNT], rx[DNT], rk[DNT];    /* per-lane partial dot products */
+    __local float rg[DRP * DNT], rx[DRP * DNT], rk[DRP * DNT]; /* per-lane partial dot products */
     __local float tm[TEAMS], tl[TEAMS], tacc[TEAMS * MB];
     const int lid = get_local_id(0), lane = lid % DLN, team = lid / DLN;
     const int chunk = get_group_id(0), bh = get_group_id(1), ngroups = get_num_groups(0);
@@ -251,70 +258,82 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
             acc4[i] = (float4)(0.0f);
         for (int i = 0; i < ACCT; ++i)
             acct[i] = 0.0f;
-        for (int sb = s0; sb < s1; sb += TEAMS) {
-            const int s = sb + team;
-            const bool valid = s < s1;
-            const bool upd = valid && s >= wlo && s < t;
-            /* G[s,t] = sigmoid(sc qU_s . kU_t).  (The barrier is unconditional: some compilers
+        for (int sb = s0; sb < s1; sb += TEAMS * DRP) {
+            /* Team j takes rows sb + j + TEAMS r, r < DRP: the same rows, in the same order, as DRP
+               passes of one row would give it, with DRP rows' loads in flight between barriers. */
+            /* G[s,t] = sigmoid(sc qU_s . kU_t).  (The barriers are unconditional: some compilers
                mishandle barriers under a condition inside a loop, even a uniform one.) */
-            __global const float *qrow = s < P ? QU + (ulong)(s % R) * d : in_qu + (ulong)(s - P) * squ.z;
-            rg[lid] = upd ? lane_dot(qrow, lk, lane, d) : 0.0f;
+            for (int r = 0; r < DRP; ++r) {
+                const int s = sb + team + TEAMS * r;
+                const bool upd = s < s1 && s >= wlo && s < t;
+                __global const float *qrow = s < P ? QU + (ulong)(s % R) * d : in_qu + (ulong)(s - P) * squ.z;
+                rg[r * DNT + lid] = upd ? lane_dot(qrow, lk, lane, d) : 0.0f;
+            }
             barrier(CLK_LOCAL_MEM_FENCE);
-            float g = 0.0f;
-            for (int i = 0; i < DLN; ++i)
-                g += rg[team * DLN + i];
-            const float gate = upd ? castle_sigmoid(sc * g) : 0.0f;
-            float px = 0.0f, pk = 0.0f; /* qC_t . u_s and qC_t . kC_s, this lane's columns */
-            if (valid && s == t) {      /* the new token: u_t = 0, append kC_t and vC_t */
-                __global float *urow = U + (ulong)s * d, *krow = KC + (ulong)s * d, *vrow = VC + (ulong)s * d;
-                for (int c = lane; c < d; c += DLN) {
-                    urow[c] = 0.0f;
-                    krow[c] = in_kc[c];
-                    vrow[c] = in_vc[c];
-                }
-                pk = lane_dot(in_kc, lq, lane, d);
-            } else if (valid) {
-                __global float *urow = U + (ulong)s * d;
-                __global const float *krow = KC + (ulong)s * d;
-                float4 x4 = (float4)(0.0f), k4 = (float4)(0.0f);
-                for (int i = 0; i < ACCQ; ++i) {
-                    const int q = lane + DLN * i;
-                    if (q >= nq)
-                        break;
-                    float4 u = vload4(q, urow);
-                    const float4 qq = vload4(q, lq);
-                    if (upd) {
-                        u += gate * vload4(q, lv);
-                        vstore4(u, q, urow);
+            for (int r = 0; r < DRP; ++r) {
+                const int s = sb + team + TEAMS * r;
+                const bool valid = s < s1;
+                const bool upd = valid && s >= wlo && s < t;
+                float g = 0.0f;
+                for (int i = 0; i < DLN; ++i)
+                    g += rg[r * DNT + team * DLN + i];
+                const float gate = upd ? castle_sigmoid(sc * g) : 0.0f;
+                float px = 0.0f, pk = 0.0f; /* qC_t . u_s and qC_t . kC_s, this lane's columns */
+                if (valid && s == t) {      /* the new token: u_t = 0, append kC_t and vC_t */
+                    __global float *urow = U + (ulong)s * d, *krow = KC + (ulong)s * d, *vrow = VC + (ulong)s * d;
+                    for (int c = lane; c < d; c += DLN) {
+                        urow[c] = 0.0f;
+                        krow[c] = in_kc[c];
+                        vrow[c] = in_vc[c];
                     }
-                    x4 += qq * u;
-                    k4 += qq * vload4(q, krow);
-                }
-                px = (x4.x + x4.y) + (x4.z + x4.w);
-                pk = (k4.x + k4.y) + (k4.z + k4.w);
-                for (int i = 0; i < ACCT; ++i) {
-                    const int c = 4 * nq + lane + DLN * i;
-                    if (c >= d)
-                        break;
-                    float u = urow[c];
-                    if (upd) {
-                        u += gate * lv[c];
-                        urow[c] = u;
+                    pk = lane_dot(in_kc, lq, lane, d);
+                } else if (valid) {
+                    __global float *urow = U + (ulong)s * d;
+                    __global const float *krow = KC + (ulong)s * d;
+                    float4 x4 = (float4)(0.0f), k4 = (float4)(0.0f);
+                    for (int i = 0; i < ACCQ; ++i) {
+                        const int q = lane + DLN * i;
+                        if (q >= nq)
+                            break;
+                        float4 u = vload4(q, urow);
+                        const float4 qq = vload4(q, lq);
+                        if (upd) {
+                            u += gate * vload4(q, lv);
+                            vstore4(u, q, urow);
+                        }
+                        x4 += qq * u;
+                        k4 += qq * vload4(q, krow);
                     }
-                    px += lq[c] * u;
-                    pk += lq[c] * krow[c];
+                    px = (x4.x + x4.y) + (x4.z + x4.w);
+                    pk = (k4.x + k4.y) + (k4.z + k4.w);
+                    for (int i = 0; i < ACCT; ++i) {
+                        const int c = 4 * nq + lane + DLN * i;
+                        if (c >= d)
+                            break;
+                        float u = urow[c];
+                        if (upd) {
+                            u += gate * lv[c];
+                            urow[c] = u;
+                        }
+                        px += lq[c] * u;
+                        pk += lq[c] * krow[c];
+                    }
                 }
+                rx[r * DNT + lid] = px;
+                rk[r * DNT + lid] = pk;
             }
             /* Two barriers per pass: each separates one buffer's writes from its reads, and the other
                barrier separates those reads from the next pass's writes. */
-            rx[lid] = px;
-            rk[lid] = pk;
             barrier(CLK_LOCAL_MEM_FENCE);
-            if (valid) { /* the team's online softmax */
+            for (int r = 0; r < DRP; ++r) {
+                const int s = sb + team + TEAMS * r;
+                if (s >= s1)
+                    break;
+                /* the team's online softmax, its rows in increasing order */
                 float x = 0.0f, k = 0.0f;
                 for (int i = 0; i < DLN; ++i) {
-                    x += rx[team * DLN + i];
-                    k += rk[team * DLN + i];
+                    x += rx[r * DNT + team * DLN + i];
+                    k += rk[r * DNT + team * DLN + i];
                 }
                 const float a = sc * k - castle_silu(sc * x);
                 const float mn = fmax(m, a);
