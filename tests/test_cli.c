@@ -7,7 +7,9 @@
  *   random    shape, range, determinism per seed;
  *   errors    malformed .npy inputs (crafted byte by byte here), usage errors (--scale inf, a
  *             malformed --device) and unsupported inputs (head dim 300) exit 2 with a message naming
- *             the problem; library failures (no such device) exit 1.
+ *             the problem; library failures (no such device) exit 1, and so does a device buffer
+ *             the driver refuses (tests/fail_alloc.c, preloaded), with the buffer's name and size
+ *             in the message and nothing written.
  *
  * Everything lives under one mkdtemp() directory that main() creates before the runner forks and
  * removes afterwards, so a failing test leaves nothing behind. */
@@ -150,9 +152,38 @@ static void cli_free(cli_result *r)
     memset(r, 0, sizeof *r);
 }
 
-/* Runs castle-run with the NULL-terminated argument list; stdin is /dev/null, stdout and stderr go to
-   files in logdir and are read back into r. */
-static void cli_runv(cli_result *r, const char *logdir, const char *const *args)
+/* This process's environment with the NULL-terminated "NAME=value" entries of extra added, each
+   replacing a variable of the same name; a malloc'd array of pointers into environ and extra. */
+static char **environ_with(const char *const *extra)
+{
+    size_t n = 0, k = 0;
+    while (environ[n])
+        ++n;
+    while (extra && extra[k])
+        ++k;
+    char **env = malloc((n + k + 1) * sizeof *env);
+    ck_assert(env);
+    size_t m = 0;
+    for (size_t i = 0; i < n; ++i) {
+        bool replaced = false;
+        for (size_t j = 0; j < k && !replaced; ++j) {
+            const char *eq = strchr(extra[j], '=');
+            ck_assert_msg(eq, "environment entry without '=': %s", extra[j]);
+            replaced = !strncmp(environ[i], extra[j], (size_t)(eq - extra[j]) + 1);
+        }
+        if (!replaced)
+            env[m++] = environ[i];
+    }
+    for (size_t j = 0; j < k; ++j)
+        env[m++] = (char *)extra[j];
+    env[m] = NULL;
+    return env;
+}
+
+/* Runs castle-run with the NULL-terminated argument list and this environment plus extra_env
+   (environ_with; NULL: none); stdin is /dev/null, stdout and stderr go to files in logdir and are
+   read back into r. */
+static void cli_runve(cli_result *r, const char *logdir, const char *const *args, const char *const *extra_env)
 {
     char *argv[32];
     int argc = 0;
@@ -171,9 +202,11 @@ static void cli_runv(cli_result *r, const char *logdir, const char *const *args)
     ck_assert(!posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0));
     ck_assert(!posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644));
     ck_assert(!posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644));
+    char **env = environ_with(extra_env);
     pid_t pid;
-    const int e = posix_spawn(&pid, CASTLE_RUN_PATH, &fa, NULL, argv, environ);
+    const int e = posix_spawn(&pid, CASTLE_RUN_PATH, &fa, NULL, argv, env);
     posix_spawn_file_actions_destroy(&fa);
+    free(env);
     ck_assert_msg(!e, "cannot start %s: %s", CASTLE_RUN_PATH, strerror(e));
     int status;
     pid_t w;
@@ -187,6 +220,8 @@ static void cli_runv(cli_result *r, const char *logdir, const char *const *args)
     r->err = read_all(err_path, NULL);
     ck_assert_msg(r->exited, "castle-run did not exit normally (signal %d); stderr:\n%s", r->code, r->err);
 }
+
+static void cli_runv(cli_result *r, const char *logdir, const char *const *args) { cli_runve(r, logdir, args, NULL); }
 
 #define CLI(r, logdir, ...) cli_runv((r), (logdir), (const char *const[]){__VA_ARGS__, NULL})
 
@@ -836,6 +871,87 @@ START_TEST(test_no_such_device)
 }
 END_TEST
 
+/* A device buffer the driver refuses: castle-run exits 1 naming the buffer and its size, and writes
+   nothing.  No device refuses an allocation cheaply, so tests/fail_alloc.c is preloaded: it makes
+   clCreateBuffer fail (CL_MEM_OBJECT_ALLOCATION_FAILURE) for CASTLE_TEST_FAIL_BUFFER_BYTES bytes and
+   more.  castle-run allocates the tensors (qu first), then the workspace, which is larger than any
+   tensor: a threshold of one tensor's bytes fails qu, one byte more fails the workspace.  The sizes
+   expected come from the shape and from castle_forward_workspace_size on the same device.  Under
+   ASan (the asan tier) the preloaded module comes before the ASan runtime in the library list, which
+   ASan refuses unless verify_asan_link_order=0; the module interposes nothing of ASan's. */
+typedef struct alloc_case {
+    const char *cmd;
+    bool workspace; /* the threshold fails the workspace (else qu) */
+} alloc_case;
+
+static const alloc_case alloc_cases[] = {
+    {"forward", false}, {"forward", true}, {"backward", false}, {"backward", true}};
+
+static void run_preloaded(cli_result *r, const char *dir, const char *cmd, const char *in, const char *out,
+                          unsigned long long fail_bytes)
+{
+    const char *asan = getenv("ASAN_OPTIONS"), *preload = getenv("LD_PRELOAD");
+    char e_bytes[64], e_preload[PATH_CAP], e_asan[PATH_CAP];
+    snprintf(e_bytes, sizeof e_bytes, "CASTLE_TEST_FAIL_BUFFER_BYTES=%llu", fail_bytes);
+    int n = snprintf(e_preload, sizeof e_preload, "LD_PRELOAD=%s%s%s", CASTLE_FAIL_ALLOC_PATH,
+                     preload && preload[0] ? ":" : "", preload ? preload : "");
+    ck_assert(n > 0 && n < (int)sizeof e_preload);
+    n = snprintf(e_asan, sizeof e_asan, "ASAN_OPTIONS=%s%sverify_asan_link_order=0", asan ? asan : "",
+                 asan && asan[0] ? ":" : "");
+    ck_assert(n > 0 && n < (int)sizeof e_asan);
+    cli_runve(r, dir, (const char *const[]){cmd, "--in", in, "--out", out, NULL},
+              (const char *const[]){e_bytes, e_preload, e_asan, NULL});
+}
+
+START_TEST(test_allocation_failure_named)
+{
+    const alloc_case *ac = &alloc_cases[_i];
+    const size_t shape[4] = {1, 2, 40, 8};
+    const size_t n = shape[0] * shape[1] * shape[2] * shape[3];
+    char dir[PATH_CAP], in[PATH_CAP], out[PATH_CAP], what[64];
+    snprintf(what, sizeof what, "%s, failing the %s", ac->cmd, ac->workspace ? "workspace" : "first tensor");
+    new_dir(dir);
+    make_dir(in, dir, "in");
+    join(out, dir, "out");
+    float *v = write_inputs(in, 8, shape);
+    if (!strcmp(ac->cmd, "backward"))
+        write_npy(in, "do", v, 4, shape); /* any values: nothing runs */
+    free(v);
+
+    castle_context *ctx = h_context();
+    ck_assert_msg(ctx, "no OpenCL device (CASTLE_DEVICE)");
+    castle_attention_desc desc;
+    castle_attention_desc_init(&desc, shape[0], shape[1], shape[2], shape[3]);
+    size_t ws = 0;
+    ck_assert_msg(!castle_forward_workspace_size(ctx, &desc, &ws), "castle_forward_workspace_size: %s",
+                  castle_last_error());
+    const size_t tensor = n * sizeof(float);
+    ck_assert_msg(ws > tensor + 1, "the workspace (%zu bytes) is not larger than a tensor (%zu bytes)", ws, tensor);
+    const char *name = ac->workspace ? "workspace" : "qu";
+    const size_t bytes = ac->workspace ? ws : tensor;
+
+    cli_result r;
+    run_preloaded(&r, dir, ac->cmd, in, out, ac->workspace ? tensor + 1 : tensor);
+    char phrase[256];
+    snprintf(phrase, sizeof phrase, "castle-run: could not allocate the device buffer %s of %zu bytes: %s\n", name,
+             bytes, castle_status_string((castle_status)CL_MEM_OBJECT_ALLOCATION_FAILURE));
+    expect(&r, 1, phrase, what);
+    const char *first = strstr(r.err, "could not allocate");
+    ck_assert_msg(!strstr(first + 1, "could not allocate"), "%s: more than one allocation reported:\n%s", what, r.err);
+    ck_assert_msg(!exists(out), "%s: the output directory was created", what);
+    cli_free(&r);
+
+    if (!_i) { /* control: a threshold above every buffer changes nothing (the module forwards) */
+        run_preloaded(&r, dir, ac->cmd, in, out, (unsigned long long)ws + 1);
+        expect(&r, 0, NULL, "forward under the module, threshold above the workspace");
+        char path[PATH_CAP];
+        join(path, out, "o.npy");
+        ck_assert_msg(exists(path), "forward under the module wrote no o.npy");
+        cli_free(&r);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------------ */
 
 static Suite *cli_suite(void)
@@ -863,6 +979,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_help);
     tcase_add_test(tc, test_head_dim_too_large);
     tcase_add_test(tc, test_no_such_device);
+    tcase_add_loop_test(tc, test_allocation_failure_named, 0, (int)(sizeof alloc_cases / sizeof alloc_cases[0]));
     suite_add_tcase(s, tc);
     return s;
 }
