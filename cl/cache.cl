@@ -176,27 +176,6 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
 #define ACCT ((3 + DLN - 1) / DLN)        /* tail columns per lane */
 #define MB 64                             /* columns per block of the team merge */
 
-/* This lane's part of a . b over a row (global) and a staged vector (local). */
-inline float lane_dot(__global const float *a, __local const float *b, int lane, int d)
-{
-    const int nq = d >> 2;
-    float4 s4 = (float4)(0.0f);
-    for (int i = 0; i < ACCQ; ++i) {
-        const int q = lane + DLN * i;
-        if (q >= nq)
-            break;
-        s4 += vload4(q, a) * vload4(q, b);
-    }
-    float s = (s4.x + s4.y) + (s4.z + s4.w);
-    for (int i = 0; i < ACCT; ++i) {
-        const int c = 4 * nq + lane + DLN * i;
-        if (c >= d)
-            break;
-        s += a[c] * b[c];
-    }
-    return s;
-}
-
 /* Work-group (g, bh) owns rows [g S, g S + S) of sequence bh, cached or appended by the call, and
    takes the call's tokens i = 0 .. n-1 (position t = lens[b] + pos0 + i) one after the other: rows
    s in [g S, min(g S + S, t + 1)), TEAMS rows per pass (team j: row pass start + j), merged at the
@@ -267,7 +246,7 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                 const int s = sb + team + TEAMS * r;
                 const bool upd = s < s1 && s >= wlo && s < t;
                 __global const float *qrow = s < P ? QU + (ulong)(s % R) * d : in_qu + (ulong)(s - P) * squ.z;
-                rg[r * DNT + lid] = upd ? lane_dot(qrow, lk, lane, d) : 0.0f;
+                rg[r * DNT + lid] = upd ? lane_dot(qrow, lk, lane, DLN, d) : 0.0f;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int r = 0; r < DRP; ++r) {
@@ -286,7 +265,7 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                         krow[c] = in_kc[c];
                         vrow[c] = in_vc[c];
                     }
-                    pk = lane_dot(in_kc, lq, lane, d);
+                    pk = lane_dot(in_kc, lq, lane, DLN, d);
                 } else if (valid) {
                     __global float *urow = U + (ulong)s * d;
                     __global const float *krow = KC + (ulong)s * d;

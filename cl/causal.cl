@@ -315,15 +315,18 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
     }
 }
 
-/* Decode of n <= CC_DQ new rows (positions t0..t0+n-1) against the cache's keys 0..t0+n-1: no
- * blocks, no barriers.  Work-group (split, bh); each work-item streams a contiguous range of about
- * (t0 + n) / (nsplit CC_DNT) keys once, with an online softmax per new row, and leaves partial
- * sp CC_DNT + lid of each row for castle_causal_combine. */
+/* Decode of n <= CC_DQ new rows (positions t0..t0+n-1) against the cache's keys 0..t0+n-1.
+ * Work-group (split, bh) streams a contiguous range of about (t0 + n) / nsplit keys once, with an
+ * online softmax per new row, and leaves CASTLE_CAUSAL_DECODE_PARTIALS (local_memory.h) partials of
+ * each row for castle_causal_combine: on SIMD CPU tunings (VW > 1) one per work-item, each over its
+ * own contiguous range of keys, with no local memory and no barriers; elsewhere (GPUs) one per
+ * work-group, whose teams of CD_LN lanes take a key row each, adjacent lanes on adjacent float4s. */
 #define CC_DQ CASTLE_DECODE_ROWS
 #define CC_NV (CC_DMAX / CC_VK)
 /* No local memory, no barriers: a small group bounds the private state (2 CC_DQ CC_DMAX floats per
    work-item) a CPU device keeps for the whole group. */
 #define CC_DNT (CC_NT < CASTLE_DECODE_GROUP ? CC_NT : CASTLE_DECODE_GROUP)
+#if VW > 1
 __kernel __attribute__((reqd_work_group_size(CC_DNT, 1, 1)))
 void castle_causal_decode(const int n, const int t0, const int d, const int H, const float sc,
                           __global const float *q, const ulong4 sq,
@@ -386,6 +389,124 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
         pp[d + 1] = l[r];
     }
 }
+#else
+#define CD_LN (CC_DNT < 16 ? CC_DNT : 16) /* lanes per key row */
+#define CD_TEAMS (CC_DNT / CD_LN)
+#define CD_RP 8 /* key rows per team between two barriers */
+#define CD_ACCQ ((CC_DMAX / 4 + CD_LN - 1) / CD_LN) /* quads of a row per lane */
+#define CD_ACCT ((3 + CD_LN - 1) / CD_LN)         /* tail columns of a row per lane */
+__kernel __attribute__((reqd_work_group_size(CC_DNT, 1, 1)))
+void castle_causal_decode(const int n, const int t0, const int d, const int H, const float sc,
+                          __global const float *q, const ulong4 sq,
+                          __global const float *k, __global const float *v, const ulong4 sc_,
+                          const int nsplit, __global float *part)
+{
+    __local float lq[CC_DQ * CC_DMAX];              /* the new rows' queries */
+    __local float rx[CD_RP * CC_DQ * CC_DNT];       /* per-lane partial scores */
+    __local float tm[CD_TEAMS], tl[CD_TEAMS], tacc[CD_TEAMS * CC_DMAX];
+    const int lid = get_local_id(0), lane = lid % CD_LN, team = lid / CD_LN;
+    const int sp = get_group_id(0), bh = get_group_id(1);
+    const uint b = bh / H, h = bh % H;
+    const int keys = t0 + n, per = (keys + nsplit - 1) / nsplit;
+    const int s_begin = sp * per, s_end = min(s_begin + per, keys);
+    const int nq = d >> 2;
+    __global const float *pk = k + tensor_offset(sc_, b, h, 0);
+    __global const float *pv = v + tensor_offset(sc_, b, h, 0);
+    for (int e = lid; e < n * d; e += CC_DNT)
+        lq[(e / d) * CC_DMAX + e % d] = q[tensor_offset(sq, b, h, e / d) + e % d];
+    float m[CC_DQ], l[CC_DQ];
+    float4 acc4[CC_DQ][CD_ACCQ];
+    float acct[CC_DQ][CD_ACCT];
+    for (int r = 0; r < CC_DQ; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        for (int i = 0; i < CD_ACCQ; ++i)
+            acc4[r][i] = (float4)(0.0f);
+        for (int i = 0; i < CD_ACCT; ++i)
+            acct[r][i] = 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int sb = s_begin; sb < s_end; sb += CD_TEAMS * CD_RP) {
+        /* scores: row r sees key s when s <= t0 + r; keys past the range or the row are never read */
+        for (int j = 0; j < CD_RP; ++j) {
+            const int s = sb + team + CD_TEAMS * j;
+            for (int r = 0; r < CC_DQ; ++r)
+                rx[(j * CC_DQ + r) * CC_DNT + lid] =
+                    (r < n && s < s_end && s <= t0 + r) ? lane_dot(pk + (ulong)s * sc_.z, lq + r * CC_DMAX, lane, CD_LN, d) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int j = 0; j < CD_RP; ++j) { /* each team's online softmax, its keys in increasing order */
+            const int s = sb + team + CD_TEAMS * j;
+            if (s >= s_end)
+                break;
+            __global const float *vr = pv + (ulong)s * sc_.z;
+            for (int r = 0; r < CC_DQ; ++r) {
+                if (r >= n || s > t0 + r)
+                    continue;
+                float x = 0.0f;
+                for (int i = 0; i < CD_LN; ++i)
+                    x += rx[(j * CC_DQ + r) * CC_DNT + team * CD_LN + i];
+                x *= sc;
+                const float mn = fmax(m[r], x);
+                const float alpha = exp(m[r] - mn); /* 0 while m = -inf */
+                const float p = exp(x - mn);
+                l[r] = l[r] * alpha + p;
+                for (int i = 0; i < CD_ACCQ; ++i) {
+                    const int qd = lane + CD_LN * i;
+                    if (qd >= nq)
+                        break;
+                    acc4[r][i] = acc4[r][i] * alpha + p * vload4(qd, vr);
+                }
+                for (int i = 0; i < CD_ACCT; ++i) {
+                    const int c = 4 * nq + lane + CD_LN * i;
+                    if (c >= d)
+                        break;
+                    acct[r][i] = acct[r][i] * alpha + p * vr[c];
+                }
+                m[r] = mn;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* the scores are read before the next pass writes them */
+    }
+    /* Merge the teams, row by row, into the work-group's partial: acc = sum_j acc_j exp(m_j - M). */
+    for (int r = 0; r < n; ++r) {
+        if (lane == 0) {
+            tm[team] = m[r];
+            tl[team] = l[r];
+        }
+        for (int i = 0; i < CD_ACCQ; ++i) {
+            const int qd = lane + CD_LN * i;
+            if (qd >= nq)
+                break;
+            vstore4(acc4[r][i], qd, tacc + team * CC_DMAX);
+        }
+        for (int i = 0; i < CD_ACCT; ++i) {
+            const int c = 4 * nq + lane + CD_LN * i;
+            if (c >= d)
+                break;
+            tacc[team * CC_DMAX + c] = acct[r][i];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float mx = -INFINITY;
+        for (int i = 0; i < CD_TEAMS; ++i)
+            mx = fmax(mx, tm[i]);
+        __global float *pp = part + cc_partial(bh, n, r, nsplit, sp, d);
+        for (int c = lid; c <= d + 1; c += CC_DNT) {
+            float x = 0.0f, sum = 0.0f;
+            for (int i = 0; i < CD_TEAMS; ++i) {
+                /* a team that saw no key (m = -inf) adds nothing, also when none did (mx = -inf) */
+                const float w = tm[i] == -INFINITY ? 0.0f : exp(tm[i] - mx);
+                if (c < d)
+                    x += w * tacc[i * CC_DMAX + c];
+                else
+                    sum += w * tl[i];
+            }
+            pp[c] = c < d ? x : c == d ? mx : sum;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* tm, tl, tacc are read before the next row writes them */
+    }
+}
+#endif
 
 /* Merges the P partials of each new row: o = sum_i e^(m_i - M) acc_i / sum_i e^(m_i - M) l_i,
    lse = M + log sum_i e^(m_i - M) l_i (M = max_i m_i; a partial that saw no key has m = -inf, l = 0). */

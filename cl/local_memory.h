@@ -21,6 +21,10 @@
 #define CASTLE_LM_CAUSAL_TROWS(b, c, dmax) (4 * ((b) + (c)) < (dmax) ? 4 * ((b) + (c)) : (dmax))
 #define CASTLE_LM_CAUSAL(b, c, dmax) ((b) * (CASTLE_LM_CAUSAL_TROWS(b, c, dmax) + (c) + 2 * (b) + 3))
 
+/* Not a size, but shared the same way: partials per new row that one work-group of g work-items of
+   castle_causal_decode (cl/causal.cl) leaves, under a tuning of vector width vw. */
+#define CASTLE_CAUSAL_DECODE_PARTIALS(g, vw) ((vw) > 1 ? (g) : 1)
+
 /* The most any family needs: what a tuning must fit. */
 #define CASTLE_LM_ANY(b, c, dmax)                                                                      \
     CASTLE_LM_MAX_(CASTLE_LM_MAX_(CASTLE_LM_FORWARD(b, c), CASTLE_LM_BACKWARD(b, c)), CASTLE_LM_CAUSAL(b, c, dmax))

@@ -270,15 +270,12 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
             return castle__chain_end(&ch), st;
     }
 
-    /* Work-groups per sequence: about four per compute unit over all heads on a CPU, which runs one
-       work-group per core at a time, and sixteen on other devices, which keep many resident per
-       compute unit to hide memory latency (an NVIDIA H200 decoded B=2 H=16 t=32768 in 0.83 ms with
-       sixteen against 1.26 ms with four); each over at least MIN_CHUNK rows, and at most as many as
-       the partials buffer holds for n tokens (nchunks partials per batch entry and head); with one,
-       the attend kernel writes the outputs itself. */
+    /* Work-groups per sequence: enough over all heads to fill the device (castle__device_fill_groups),
+       each over at least MIN_CHUNK rows, and at most as many as the partials buffer holds for n
+       tokens (nchunks partials per batch entry and head); with one, the attend kernel writes the
+       outputs itself. */
     const size_t n = p->L, bh = c->B * c->H, dnt = wg[0], rows = longest + n;
-    const size_t per_cu = (ctx->info.type & CL_DEVICE_TYPE_CPU) ? 4 : 16;
-    const size_t target = per_cu * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
+    const size_t target = castle__device_fill_groups(&ctx->info);
     size_t groups = (target + bh - 1) / bh;
     const size_t by_rows = (rows + MIN_CHUNK - 1) / MIN_CHUNK, by_part = c->nchunks / n;
     groups = groups < by_rows ? groups : by_rows;

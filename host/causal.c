@@ -10,6 +10,7 @@
  *           several work-groups; castle_causal_combine merges the partials in a third launch.
  * Launches are ordered by the queue when it is in order, by events between them otherwise. */
 #include "causal.h"
+#include "local_memory.h"
 #include "context.h"
 #include "error.h"
 #include "launch.h"
@@ -210,26 +211,30 @@ castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, con
 {
     const size_t bh = p->B * p->H, n = p->L, keys = c->len + p->L;
     const size_t fit = c->part_floats / (bh * (p->d + 2)) / n; /* partials per new row the scratch holds */
-    const size_t target = 4 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
-    const size_t per_head = (target + bh - 1) / bh; /* work-groups per head for ~4 per compute unit */
+    const size_t target = castle__device_fill_groups(&ctx->info);
+    const size_t per_head = (target + bh - 1) / bh; /* work-groups per head to fill the device */
     const cl_int t0 = (cl_int)c->len, d = (cl_int)p->d, H = (cl_int)p->H;
     const cl_ulong4 cs = cache_strides(c);
     cl_kernel kapp, katt = NULL, kcomb = NULL;
     const char *att_name = "castle_causal_decode";
     castle_args a_app = {.n = 0}, a_att = {.n = 0}, a_comb = {.n = 0};
     size_t groups = p->N, partials = 1; /* attention work-groups along dim 0, partials per row */
+    bool combine = false;               /* whether the partials are merged by castle_causal_combine */
     castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_append", &kapp);
     if (st == CASTLE_SUCCESS && n <= CASTLE_DECODE_ROWS) {
-        /* The decode kernel: one partial per work-item, each over >= MIN_KEYS keys once split. */
-        size_t wg = 0;
+        /* The decode kernel: CASTLE_CAUSAL_DECODE_PARTIALS per work-group (local_memory.h), one per
+           work-item over >= MIN_KEYS keys once split, or one per work-group over >= 4 MIN_KEYS. */
+        size_t wg = 0, per_group = 0;
         if (!(st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_decode", &katt)) &&
-            !(st = group_size(ctx, katt, &wg)) && wg <= fit) {
-            size_t split = keys / (MIN_KEYS * wg);
+            !(st = group_size(ctx, katt, &wg)) &&
+            (per_group = CASTLE_CAUSAL_DECODE_PARTIALS(wg, (size_t)ctx->tuning.vector)) <= fit) {
+            size_t split = keys / (MIN_KEYS * (per_group > 1 ? per_group : 4));
             split = split < per_head ? split : per_head;
-            split = split < fit / wg ? split : fit / wg;
+            split = split < fit / per_group ? split : fit / per_group;
             split = split > 0 ? split : 1;
             groups = split;
-            partials = split * wg;
+            partials = split * per_group;
+            combine = true; /* the decode kernel leaves partials, also when there is one */
             const cl_int nn = (cl_int)n, P = (cl_int)split;
             castle_args *a = &a_att;
             ARG(a, nn);
@@ -257,12 +262,13 @@ castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, con
         }
         groups = p->N * split;
         partials = split;
+        combine = split > 1; /* with one, the block kernel writes o and lse itself */
         att_name = "castle_causal_forward";
         a_att.n = 0;
         st = forward_args(ctx, p, bufs, t0, c->k, c->v, cs, cs, (cl_int)split, split > 1 ? c->part : NULL, &katt,
                           &a_att);
     }
-    if (st == CASTLE_SUCCESS && partials > 1 &&
+    if (st == CASTLE_SUCCESS && combine &&
         !(st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_combine", &kcomb))) {
         const cl_int want_lse = bufs[CASTLE_TENSOR_LSE] != NULL, nn = (cl_int)n, P = (cl_int)partials;
         const cl_mem o = bufs[CASTLE_TENSOR_O], lse = want_lse ? bufs[CASTLE_TENSOR_LSE] : o;

@@ -47,3 +47,9 @@ castle_status castle__query_device(cl_device_id device, castle_device_info *info
         info->cl_major = info->cl_minor = 0;
     return CASTLE_SUCCESS;
 }
+
+size_t castle__device_fill_groups(const castle_device_info *info)
+{
+    const size_t per_cu = (info->type & CL_DEVICE_TYPE_CPU) ? 4 : 16;
+    return per_cu * (info->compute_units ? info->compute_units : 1);
+}
