@@ -6,14 +6,17 @@
  * BLK key rows) and loops over the blocks of the other side with an online softmax, so the forward
  * pass is one launch and the backward pass two (keys, then queries), without atomics.
  *
- * Mapping.  The BLK x BLK score block is split among the CC_NT work-items (below) as CC_RPW rows x
- * one vector of CC_VK columns each (CC_VK = min(16, BLK*BLK/CC_NT)), and the BLK x d accumulators as
- * CC_UPW units of (one row, one vector of CC_VK columns of d).  Vectors run along the dimension that
- * stays contiguous in local memory, so a CPU device gets SIMD code without reassociating any sum, and
- * the per-row softmax statistics are elementwise vector operations (no horizontal reductions):
- *   forward      scores transposed (key rows x query vectors) against Q^T, staged once per
- *                work-group (when d <= CC_TROWS); K and V rows are read straight from global memory
- *                (each row by the work-items of one key, each V vector by those of one column vector).
+ * Mapping of the forward kernel: register micro-tiles (common.cl; the tuning's TM, TN, VW, NT), as in
+ * cl/forward.cl.  Scores are computed transposed (key rows x query columns: K^T staged in DT-column
+ * chunks against Q^T, staged once per work-group when d fits CC_TROWS), so the per-row softmax
+ * statistics are lane-wise vector operations (no horizontal reductions); the accumulator P V (query
+ * rows x columns of d) stays in registers, slab by slab of DT columns, V staged row-major.
+ *
+ * Mapping of the other kernels.  The BLK x BLK score block is split among the CC_NT work-items (below)
+ * as CC_RPW rows x one vector of CC_VK columns each (CC_VK = min(16, BLK*BLK/CC_NT)), and the BLK x d
+ * accumulators as CC_UPW units of (one row, one vector of CC_VK columns of d).  Vectors run along the
+ * dimension that stays contiguous in local memory, so a CPU device gets SIMD code without
+ * reassociating any sum, and the per-row softmax statistics are elementwise vector operations:
  *   backward kv  scores (query rows x key vectors) against K^T, staged once; V^T staged once too
  *                when it fits beside K^T (d <= CC_TROWS / 2) or d <= DT, else per query block in
  *                DT-column chunks; dV, dK by (key row, column vector).
@@ -177,11 +180,87 @@ inline void cc_load_t(__local float *t, __global const float *p, ulong rs, int r
 }
 
 /* x with -INFINITY lanes replaced by 0: the reference point of a softmax that has seen no key. */
-inline cc_vec cc_finite_or_zero(cc_vec x) { return select(x, (cc_vec)0.0f, isinf(x)); }
+inline vfloat cc_finite_or_zero(vfloat x) { return select(x, (vfloat)(0.0f), isinf(x)); }
+
+/* The forward kernel's mapping (common.cl, "Register micro-tiles"): the BLK x BLK score block of a key
+   block, computed transposed (key rows x query columns), and every BLK x DT slab of the accumulator
+   (query rows x columns of d) are split into micro-tiles of TM rows x TN vectors of VW columns;
+   work-item lid owns micro-tiles lid + m NT of each. */
+#define CF_FU ((BLK / TM) * (BLK / MT_COLS)) /* micro-tiles of the score block */
+#define CF_FUC ((BLK / TM) * (DT / MT_COLS)) /* micro-tiles of a BLK x DT accumulator slab */
+#if (CF_FU % NT) != 0 || (CF_FUC % NT) != 0
+#error "causal.cl: NT x TM x TN x VW must divide BLK*BLK and BLK*DT"
+#endif
+#define CF_PT (CF_FU / NT)                   /* score micro-tiles per work-item */
+#define CF_PC (CF_FUC / NT)                  /* accumulator micro-tiles per work-item and slab */
+#define CF_NCH ((CC_DMAX + DT - 1) / DT)     /* slabs of the widest head */
+#define CF_RG (BLK / TM)                     /* rows of micro-tiles in the score block */
+/* K is the A operand of S^T = K Q^T: k-major (t[c * BLK + key]) in general, but with one row per
+   micro-tile (TM = 1: the CPU mapping) a tile reads one key's row, and K is staged as it lies in
+   memory (t[key * w + c], w columns: a vector copy per VW floats instead of a transposition). */
+#if TM == 1
+#define CF_KT 0                                 /* K staged row-major */
+#define CF_KA(t, row0, w, c) (t) + (row0) * (w) + (c), 1 /* a tile's A operand from column c, stride */
+#else
+#define CF_KT 1                                 /* K staged k-major */
+#define CF_KA(t, row0, w, c) (t) + (c) * BLK + (row0), BLK
+#endif
+#if CC_TROWS < DT
+#error "causal.cl: the Q^T tile must hold a d chunk (DT <= CASTLE_MAX_HEAD_DIM)"
+#endif
+
+/* As mt_product over a whole block (k1 = BLK), except that row row0 + i of the micro-tile takes only
+   the terms kk <= lim + i (lim = row0 + the shift of the causal diagonal): the terms of masked keys
+   are skipped, never multiplied by a zero weight, so whatever a masked row of b holds (NaN, Inf)
+   cannot reach the sum. */
+__attribute__((always_inline)) inline void cc_product_until(vfloat *acc, __local const float *a, const int as,
+                                                            __local const float *b, const int bs, const int lim)
+{
+    mt_product(acc, a, as, b, bs, clamp(lim, 0, BLK)); /* the terms every row of the tile takes */
+#pragma unroll
+    for (int q = 0; q < TM; ++q) { /* kk = lim + q: rows i >= q */
+        const int kk = lim + q;
+        if (kk >= 0 && kk < BLK) {
+            float x[TM];
+            mt_frag_a(x, a + kk * as);
+            mt_step_from(acc, x, b + kk * bs, q);
+        }
+    }
+}
+
+/* Rows [row0, row0 + BLK) x columns [c0, c0 + w) of a row-major matrix (row stride rs) into local
+   memory, k-major (t[c * BLK + r], trans) or row-major (t[r * w + c]); rows >= nrows and columns >= d
+   read as 0; w is a multiple of VW.  A work-item moves VW columns of a row with one vector load: on a
+   CPU device the staging costs a few instructions per vector instead of per float (load_tile_tb and
+   load_tile_rb in common.cl copy float by float, which made the staging cost more than the products
+   on PoCL). */
+inline void cc_stage(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int w,
+                     int d, const bool trans)
+{
+    const int nv = w / VW; /* vectors per row */
+    for (int e = get_local_id(0); e < BLK * nv; e += NT) {
+        const int r = e / nv, c = (e - r * nv) * VW;
+        const vfloat x = row0 + r < nrows ? gload_part(p + (ulong)(row0 + r) * rs + c0 + c, d - c0 - c)
+                                          : (vfloat)(0.0f);
+        if (trans) {
+            float xe[VW];
+            VLANES(x, xe);
+            for (int q = 0; q < VW; ++q)
+                t[(c + q) * BLK + r] = xe[q];
+        } else {
+            VSTORE(x, t + r * w + c);
+        }
+    }
+}
 
 /* Forward pass over query rows 0..n-1 at positions t0..t0+n-1 (keys 0..t0+n-1 in k, v).
- * Work-group (g, bh): query block nq-1-g/nsplit (the longest first), key split g % nsplit. */
-__kernel __attribute__((reqd_work_group_size(CC_NT, 1, 1)))
+ * Work-group (g, bh): query block nq-1-g/nsplit (the longest first), key split g % nsplit.  Per key
+ * block: S^T = K Q^T on micro-tiles (Q^T staged once when d fits CC_TROWS; K staged beside it, all
+ * of d at once on the usual tunings), masked and scaled into sP; the column maxima of each tile row
+ * give the new running max of each query row; P^T = exp(S^T - m) back into sP (each work-item keeps
+ * its columns' partial sums of l); then acc = alpha acc + P V, slab by slab of DT columns of d, V
+ * staged row-major like K. */
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_causal_forward(const int n, const int t0, const int d, const int H, const float sc,
                            __global const float *q, const ulong4 sq,
                            __global const float *k, const ulong4 sk,
@@ -190,9 +269,12 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
                            __global float *lse, const ulong4 slse, const int want_lse,
                            const int nsplit, __global float *part)
 {
-    __local float Qt[CC_TROWS * BLK]; /* Q^T of the block, CC_TROWS columns at a time: Qt[c * BLK + row] */
-    __local float sP[BLK * BLK];  /* P^T of the current key block: sP[key * BLK + row] */
-    __local float sR[CC_RG * BLK];   /* per row group: partial max, at the end partial sums */
+    /* Q^T of the block (Qt[c * BLK + row]: all of d, or DT columns at a time), then the staging area
+       of K and V: as many columns of a key block at a time as the rest of the (CC_TROWS + DT) x BLK
+       floats holds (all of d on the usual tunings: one staging step, one barrier, per operand). */
+    __local float Qt[(CC_TROWS + DT) * BLK];
+    __local float sP[BLK * BLK];      /* S^T, then P^T, of the current key block: sP[key * BLK + row] */
+    __local float sR[CF_RG * BLK];    /* per row of micro-tiles: column maxima, at the end partial sums */
     __local float sM[BLK], sA[BLK], sL[BLK];
     const int lid = get_local_id(0);
     const int nq = (n + BLK - 1) / BLK;
@@ -207,112 +289,150 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
     __global const float *pq = q + tensor_offset(sq, b, h, q0);
     __global const float *pk = k + tensor_offset(sk, b, h, 0);
     __global const float *pv = v + tensor_offset(sv, b, h, 0);
-    const int vg = lid % CC_QG, rg = lid / CC_QG;
+    const vfloat lane = lane_index();
 
-    const int qstep = min(d, CC_TROWS); /* columns of Q^T staged at a time (all: once, here) */
-    if (qstep == d)
-        cc_load_t(Qt, pq, sq.z, 0, qrows, 0, d);
+    const int dpad = (d + DT - 1) / DT * DT;
+    const bool qall = dpad <= CC_TROWS; /* Q^T staged once, else DT columns at a time */
+    const int qw = qall ? dpad : DT;    /* columns of Qt in use */
+    __local float *sT = Qt + qw * BLK;  /* the staging area: kvw columns of K or V */
+    const int kvw = (CC_TROWS + DT - qw) / DT * DT, kw = qall ? kvw : DT; /* K: as wide as the Q^T chunk */
+    if (qall)
+        cc_stage(Qt, pq, sq.z, 0, qrows, 0, dpad, d, true);
     if (lid < BLK)
         sM[lid] = -INFINITY;
-    cc_vec lpart = 0.0f;
-    cc_vec acc[CC_UPW];
-    for (int u = 0; u < CC_UPW; ++u)
-        acc[u] = 0.0f;
-    const cc_ivec pos = (cc_ivec)(pos0 + vg * CC_VK) + CC_IOTA; /* positions of this work-item's query lanes */
+    vfloat acc[CF_NCH * CF_PC * MT_ACC]; /* slab ci, micro-tile m: acc[(ci CF_PC + m) MT_ACC ..] */
+    vfloat lpart[CF_PT * TN];            /* partial sums of l of each owned column vector */
+    for (int e = 0; e < CF_NCH * CF_PC * MT_ACC; ++e)
+        acc[e] = (vfloat)(0.0f);
+    for (int e = 0; e < CF_PT * TN; ++e)
+        lpart[e] = (vfloat)(0.0f);
     barrier(CLK_LOCAL_MEM_FENCE);
 
     for (int kb = kb0; kb < kb1; ++kb) {
         const int s0 = kb * BLK;
-        /* Scores of key rows rg + m CC_RG against the query vector vg. */
-        cc_vec a[CC_RPW], mx = -INFINITY;
-        for (int m = 0; m < CC_RPW; ++m)
-            a[m] = 0.0f;
-        for (int c0 = 0; c0 < d; c0 += qstep) {
-            const int nc = min(qstep, d - c0);
-            if (qstep < d) {
-                if (c0 > 0)
-                    barrier(CLK_LOCAL_MEM_FENCE);
-                cc_load_t(Qt, pq, sq.z, 0, qrows, c0, nc);
-                barrier(CLK_LOCAL_MEM_FENCE);
+        vfloat s[CF_PT * MT_ACC];
+        for (int m = 0; m < CF_PT; ++m)
+            mt_zero(s + m * MT_ACC);
+        for (int c0 = 0; c0 < d; c0 += kw) {
+            const int w = min(kw, dpad - c0);
+            if (!qall)
+                cc_stage(Qt, pq, sq.z, 0, qrows, c0, DT, d, true);
+            cc_stage(sT, pk, sk.z, s0, nkeys, c0, w, d, CF_KT);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            __local const float *qc = qall ? Qt + c0 * BLK : Qt;
+            for (int m = 0; m < CF_PT; ++m) {
+                const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+                for (int c = 0; c < w; c += DT) /* DT terms per call: a constant trip count */
+                    mt_product(s + m * MT_ACC, CF_KA(sT, row0, w, c), qc + c * BLK + col0, BLK, DT);
             }
-            for (int m = 0; m < CC_RPW; ++m) {
-                const int s = s0 + rg + m * CC_RG;
-                if (s < nkeys)
-                    a[m] += cc_dot_t(pk + (ulong)s * sk.z + c0, Qt + vg * CC_VK, nc);
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        /* Mask and scale (key s sees the query lanes at positions >= s), keep each tile's column
+           maxima. */
+        for (int m = 0; m < CF_PT; ++m) {
+            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            for (int j = 0; j < TN; ++j) {
+                vfloat mx = (vfloat)(-INFINITY);
+                for (int i = 0; i < TM; ++i) {
+                    const int key = s0 + row0 + i, e = m * MT_ACC + i * TN + j;
+                    /* key > the lane's position: compared as a small difference, exact in float */
+                    const vfloat ahead = (vfloat)(float)(key - pos0 - col0 - j * VW);
+                    s[e] = key < nkeys ? select(s[e] * sc, (vfloat)(-INFINITY), VISGREATER(ahead, lane))
+                                       : (vfloat)(-INFINITY);
+                    mx = fmax(mx, s[e]);
+                }
+                VSTORE(mx, sR + (row0 / TM) * BLK + col0 + j * VW);
             }
         }
-        for (int m = 0; m < CC_RPW; ++m) {
-            const int s = s0 + rg + m * CC_RG;
-            a[m] = s < nkeys ? select(a[m] * sc, (cc_vec)(-INFINITY), (cc_ivec)s > pos) : (cc_vec)(-INFINITY);
-            mx = fmax(mx, a[m]);
-        }
-        CC_STORE(mx, sR + rg * BLK + vg * CC_VK);
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < CC_QG) { /* new running max and the rescale factor of each query row */
-            const cc_vec m_old = CC_LOAD(sM + lid * CC_VK);
-            cc_vec m_new = m_old;
-            for (int g = 0; g < CC_RG; ++g)
-                m_new = fmax(m_new, CC_LOAD(sR + g * BLK + lid * CC_VK));
-            CC_STORE(exp(m_old - cc_finite_or_zero(m_new)), sA + lid * CC_VK);
-            CC_STORE(m_new, sM + lid * CC_VK);
+        for (int u = lid; u < BLK / VW; u += NT) { /* new running max and rescale factor of VW rows */
+            const vfloat m_old = VLOAD(sM + u * VW);
+            vfloat m_new = m_old;
+            for (int g = 0; g < CF_RG; ++g)
+                m_new = fmax(m_new, VLOAD(sR + g * BLK + u * VW));
+            VSTORE(exp(m_old - cc_finite_or_zero(m_new)), sA + u * VW);
+            VSTORE(m_new, sM + u * VW);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        const cc_vec ref = cc_finite_or_zero(CC_LOAD(sM + vg * CC_VK));
-        cc_vec ps = 0.0f;
-        for (int m = 0; m < CC_RPW; ++m) {
-            const cc_vec p = exp(a[m] - ref);
-            ps += p;
-            CC_STORE(p, sP + (rg + m * CC_RG) * BLK + vg * CC_VK);
+        for (int m = 0; m < CF_PT; ++m) {
+            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            for (int j = 0; j < TN; ++j) {
+                const int cv = col0 + j * VW;
+                const vfloat ref = cc_finite_or_zero(VLOAD(sM + cv));
+                vfloat ps = (vfloat)(0.0f);
+                for (int i = 0; i < TM; ++i) {
+                    const vfloat p = exp(s[m * MT_ACC + i * TN + j] - ref);
+                    ps += p;
+                    VSTORE(p, sP + (row0 + i) * BLK + cv);
+                }
+                lpart[m * TN + j] = lpart[m * TN + j] * VLOAD(sA + cv) + ps;
+            }
         }
-        lpart = lpart * CC_LOAD(sA + vg * CC_VK) + ps;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        /* acc = alpha acc + P V over this key block. */
+        /* acc = alpha acc + P V over this key block, slab by slab of DT columns, V staged kvw
+           columns at a time (sP and sA published by the first staging barrier).  Row r of the block
+           sees the keys s0 + kk, kk <= r + pos0 - s0.  The slab loop is left rolled: unrolled, PoCL
+           keeps every slab's accumulators as values that its barrier regions copy at each key block
+           (1.6x the time of this loop on the CPU mapping). */
         const int nk = min(BLK, nkeys - s0);
         const bool all_seen = s0 + nk - 1 <= pos0; /* uniform: the block's first row sees every key */
-        for (int u = 0; u < CC_UPW; ++u) {
-            const int unit = lid + u * CC_NT, row = unit % BLK, c0 = unit / BLK * CC_VK;
-            if (c0 >= d || row >= qrows)
-                continue;
-            /* keys s0 .. pos0 + row of this block: the later ones are masked for this row (a block
-               every row sees whole keeps the same bounds for all work-items: SIMD-friendly code) */
-            __global const float *pvb = pv + (ulong)s0 * sv.z + c0;
-            if (all_seen)
-                acc[u] = cc_axpy_rows(acc[u] * sA[row], sP + row, pvb, sv.z, 0, nk, d - c0);
-            else
-                acc[u] = cc_axpy_rows(acc[u] * sA[row], sP + row, pvb, sv.z, 0, clamp(pos0 + row + 1 - s0, 0, nk),
-                                      d - c0);
+        for (int cv = 0; cv < d; cv += kvw) {
+            const int w = min(kvw, dpad - cv);
+            cc_stage(sT, pv, sv.z, s0, nkeys, cv, w, d, false);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int ci = cv / DT; ci < CF_NCH; ++ci) { /* the slabs of this staging step */
+                const int c0 = ci * DT - cv;
+                if (c0 >= w)
+                    break;
+                for (int m = 0; m < CF_PC; ++m) {
+                    const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
+                    vfloat *a = acc + (ci * CF_PC + m) * MT_ACC;
+                    for (int e = 0; e < MT_ACC; ++e)
+                        a[e] *= sA[row0 + e / TN];
+                    if (all_seen)
+                        mt_product(a, sP + row0, BLK, sT + c0 + col0, w, BLK);
+                    else
+                        cc_product_until(a, sP + row0, BLK, sT + c0 + col0, w, row0 + pos0 - s0);
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
         }
     }
 
-    CC_STORE(lpart, sR + rg * BLK + vg * CC_VK);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid < CC_QG) {
-        cc_vec l = 0.0f;
-        for (int g = 0; g < CC_RG; ++g)
-            l += CC_LOAD(sR + g * BLK + lid * CC_VK);
-        CC_STORE(l, sL + lid * CC_VK);
+    for (int m = 0; m < CF_PT; ++m) {
+        const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+        for (int j = 0; j < TN; ++j)
+            VSTORE(lpart[m * TN + j], sR + (row0 / TM) * BLK + col0 + j * VW);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (nsplit == 1) {
-        if (want_lse && lid < qrows)
-            lse[tensor_offset(slse, b, h, q0 + lid)] = sM[lid] + log(sL[lid]);
-        for (int u = 0; u < CC_UPW; ++u) {
-            const int unit = lid + u * CC_NT, row = unit % BLK, c0 = unit / BLK * CC_VK;
-            if (c0 < d && row < qrows)
-                cc_vstore_part(acc[u] / sL[row], o + tensor_offset(so, b, h, q0 + row) + c0, d - c0);
-        }
-    } else { /* partial sp of each row for castle_causal_combine */
-        if (lid < qrows) {
-            __global float *pp = part + cc_partial(bh, n, q0 + lid, nsplit, sp, d);
-            pp[d] = sM[lid];
-            pp[d + 1] = sL[lid];
-        }
-        for (int u = 0; u < CC_UPW; ++u) {
-            const int unit = lid + u * CC_NT, row = unit % BLK, c0 = unit / BLK * CC_VK;
-            if (c0 < d && row < qrows)
-                cc_vstore_part(acc[u], part + cc_partial(bh, n, q0 + row, nsplit, sp, d) + c0, d - c0);
-        }
+    for (int u = lid; u < BLK / VW; u += NT) {
+        vfloat l = (vfloat)(0.0f);
+        for (int g = 0; g < CF_RG; ++g)
+            l += VLOAD(sR + g * BLK + u * VW);
+        VSTORE(l, sL + u * VW);
     }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (nsplit == 1 && want_lse && lid < qrows)
+        lse[tensor_offset(slse, b, h, q0 + lid)] = sM[lid] + log(sL[lid]);
+    if (nsplit > 1 && lid < qrows) { /* partial sp of each row for castle_causal_combine */
+        __global float *pp = part + cc_partial(bh, n, q0 + lid, nsplit, sp, d);
+        pp[d] = sM[lid];
+        pp[d + 1] = sL[lid];
+    }
+#pragma unroll
+    for (int ci = 0; ci < CF_NCH; ++ci)
+        for (int m = 0; m < CF_PC; ++m) {
+            const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
+            for (int e = 0; e < MT_ACC; ++e) {
+                const int row = row0 + e / TN, c = ci * DT + col0 + (e % TN) * VW;
+                if (row >= qrows || c >= d)
+                    continue;
+                const vfloat x = acc[(ci * CF_PC + m) * MT_ACC + e];
+                if (nsplit == 1)
+                    gstore_part(x / sL[row], o + tensor_offset(so, b, h, q0 + row) + c, d - c);
+                else
+                    gstore_part(x, part + cc_partial(bh, n, q0 + row, nsplit, sp, d) + c, d - c);
+            }
+        }
 }
 
 /* Decode of n <= CC_DQ new rows (positions t0..t0+n-1) against the cache's keys 0..t0+n-1.
