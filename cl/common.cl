@@ -25,6 +25,7 @@
 
 #define TS (DT + 1)     /* padded row stride of a BLK x DT tile in local memory */
 #define BP (BLK + 1)    /* padded row stride of a BLK x BLK matrix in local memory */
+#define KS (BLK + 4)    /* padded, vector-aligned row stride of a k-major BLK x DT tile (load_tile_ts) */
 #define RSTEP (NT / BLK)          /* rows between the entries one work-item owns */
 #define EPT (BLK * BLK / NT)      /* entries of a BLK x BLK matrix per work-item */
 #define EPC (BLK * DT / NT)       /* entries of a BLK x DT tile per work-item */
@@ -373,15 +374,25 @@ inline void pair_add(float *hi, float *lo, float x)
     *lo = l - (*hi - s);
 }
 
-/* Transposed with row stride BLK and no padding, so that VW consecutive rows of one column load as a
-   vector: t[c * BLK + r]. */
-inline void load_tile_tb(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int d)
+/* Transposed with row stride ts (a multiple of 4, at least BLK), so that VW consecutive rows of one
+   column load as a vector: t[c * ts + r].  Consecutive work-items read consecutive columns of a row
+   (coalesced) and so store ts floats apart: with ts = BLK (a multiple of 32) every such store of a
+   warp falls in one or two of the 32 local-memory banks of a GPU, with ts = KS = BLK + 4 they spread
+   over the banks. */
+inline void load_tile_ts(__local float *t, const int ts, __global const float *p, ulong rs, int row0, int nrows,
+                         int c0, int d)
 {
     for (int e = get_local_id(0); e < BLK * DT; e += NT) {
         const int r = e / DT, c = e % DT;
         const int gr = row0 + r, gc = c0 + c;
-        t[c * BLK + r] = (gr < nrows && gc < d) ? p[(ulong)gr * rs + gc] : 0.0f;
+        t[c * ts + r] = (gr < nrows && gc < d) ? p[(ulong)gr * rs + gc] : 0.0f;
     }
+}
+
+/* load_tile_ts with row stride BLK and no padding: t[c * BLK + r]. */
+inline void load_tile_tb(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int d)
+{
+    load_tile_ts(t, BLK, p, rs, row0, nrows, c0, d);
 }
 
 /* Row-major with row stride DT and no padding: t[r * DT + c]. */

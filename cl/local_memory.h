@@ -9,9 +9,10 @@
 
 #define CASTLE_LM_MAX_(x, y) ((x) > (y) ? (x) : (y))
 
-/* cl/forward.cl.  Phase 1: five k-major tiles of c columns (QC, QU, KC, KU, and D or VU).  Phases
-   2-5: G^T, X^T and the scores (transposed), the per-row alpha and l, two row-major tiles (VC, VU). */
-#define CASTLE_LM_FORWARD(b, c) CASTLE_LM_MAX_(5 * (b) * (c), 3 * (b) * (b) + 2 * (b) + 2 * (b) * (c))
+/* cl/forward.cl.  Phase 1: five k-major tiles of c columns (QC, QU, KC, KU, and D or VU), row stride
+   b + 4 (common.cl KS).  Phases 2-5: G^T, X^T and the scores (transposed), the per-row alpha and l,
+   two row-major tiles (VC, VU). */
+#define CASTLE_LM_FORWARD(b, c) CASTLE_LM_MAX_(5 * ((b) + 4) * (c), 3 * (b) * (b) + 2 * (b) + 2 * (b) * (c))
 
 /* cl/backward.cl (its LM_BW): eight b x b matrices, seven b x c tiles, two rows. */
 #define CASTLE_LM_BACKWARD(b, c) (8 * (b) * (b) + 7 * (b) * (c) + 2 * (b))
