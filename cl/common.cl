@@ -190,15 +190,11 @@ __attribute__((always_inline)) inline void mt_step(vfloat *acc, const float *x, 
     mt_step_from(acc, x, b, 0);
 }
 
-/* acc += sum_{0 <= kk < k1} A[:, kk] B[kk, :] for the micro-tile whose A rows start at a and B
-   columns at b (k-major operands, strides as and bs).  The even and the odd kk are summed apart and
-   then added, (even + odd), to acc: two FMA chains, and the order every product of a block pair has
-   always had (cl/backward.cl recomputes the forward's scores in exactly this order).  Rows i of the
-   Called with k1 = BLK or DT. */
-__attribute__((always_inline)) inline void mt_product(vfloat *acc, __local const float *a, const int as,
-                                                      __local const float *b, const int bs, const int k1)
+/* y0 = sum of the even kk < k1, y1 = sum of the odd kk < k1 of A[:, kk] B[kk, :] for the micro-tile
+   whose A rows start at a and B columns at b (k-major operands, strides as and bs): two FMA chains. */
+__attribute__((always_inline)) inline void mt_pairs(vfloat *y0, vfloat *y1, __local const float *a, const int as,
+                                                    __local const float *b, const int bs, const int k1)
 {
-    vfloat y0[MT_ACC], y1[MT_ACC];
     mt_zero(y0);
     mt_zero(y1);
     int kk = 0;
@@ -214,6 +210,16 @@ __attribute__((always_inline)) inline void mt_product(vfloat *acc, __local const
         mt_frag_a(x0, a + kk * as);
         mt_step(y0, x0, b + kk * bs);
     }
+}
+
+/* acc += sum_{0 <= kk < k1} A[:, kk] B[kk, :] (mt_pairs).  The even and the odd kk are summed apart
+   and then added, (even + odd), to acc: the order every product of a block pair has always had
+   (cl/backward.cl recomputes the forward's scores in exactly this order).  Called with k1 = BLK or DT. */
+__attribute__((always_inline)) inline void mt_product(vfloat *acc, __local const float *a, const int as,
+                                                      __local const float *b, const int bs, const int k1)
+{
+    vfloat y0[MT_ACC], y1[MT_ACC];
+    mt_pairs(y0, y1, a, as, b, bs, k1);
     for (int e = 0; e < MT_ACC; ++e)
         acc[e] += y0[e] + y1[e];
 }
@@ -227,21 +233,7 @@ __attribute__((always_inline)) inline void mt_product_lower(vfloat *acc, __local
                                                             __local const float *b, const int bs, const int row0)
 {
     vfloat y0[MT_ACC], y1[MT_ACC];
-    mt_zero(y0);
-    mt_zero(y1);
-    int kk = 0;
-    for (; kk + 1 < row0; kk += 2) {
-        float x0[TM], x1[TM];
-        mt_frag_a(x0, a + kk * as);
-        mt_step(y0, x0, b + kk * bs);
-        mt_frag_a(x1, a + (kk + 1) * as);
-        mt_step(y1, x1, b + (kk + 1) * bs);
-    }
-    if (kk < row0) {
-        float x0[TM];
-        mt_frag_a(x0, a + kk * as);
-        mt_step(y0, x0, b + kk * bs);
-    }
+    mt_pairs(y0, y1, a, as, b, bs, row0); /* the full rows of A before the tile's diagonal */
 #pragma unroll
     for (int q = 0; q < TM; ++q) { /* the diagonal: row row0 + i takes kk = row0 + q for i >= q */
         const int k = row0 + q;
