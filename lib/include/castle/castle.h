@@ -156,7 +156,7 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
     X(vector, "VW", 1, 16, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE | CASTLE_TUNING_NOT2,                 \
       "SIMD width of a micro-tile column vector: 1, 4, 8 or 16 (0: 16 on CPUs, 1 elsewhere, narrowed)")   \
     X(tm, "TM", 1, 8, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                           \
-      "rows of a work-item's micro-tile (0: 1 when vector > 1, else 4, narrowed to fit)")                   \
+      "rows of a work-item's micro-tile (0: 1 when vector > 1, else 2, narrowed to fit)")                   \
     X(tn, "TN", 1, 8, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                           \
       "vectors per row of a work-item's micro-tile (0: as tm)")                                             \
     X(fold, NULL, 0, 1024, 0,                                                                              \
