@@ -13,107 +13,41 @@
  * touch), the working copy W hi/lo of D_j^(k) (rolled back here, so the forward's state survives and
  * the backward can run again), dD (gradient of D_j^(k+1)), X (the forward's scaled masked X blocks). */
 
-#if (NT % BLK) != 0 || ((BLK * BLK) % NT) != 0 || ((BLK * DT) % NT) != 0 || NT < BLK
-#error "backward.cl: NT must be a multiple of BLK that divides BLK*BLK and BLK*DT"
+#if (NT % BLK) != 0 || NT < BLK
+#error "backward.cl: NT must be a multiple of BLK"
 #endif
 
-/* Mapping: the forward's (cl/forward.cl).  Every BLK x BLK matrix is split into units of one row x
-   VW consecutive columns, every BLK x DT slab of d-wide outputs into units of one row x VW columns
-   of d; work-item lid owns units lid + m NT.  Products are broadcast-scalar x vector FMAs along the
-   dimension that is contiguous in local memory: row_x_tile contracts over d (a row-major tile row
-   against a transposed tile), weights_x_rows over a block index (a matrix row against the rows of
-   a tile or matrix).  The scores are recomputed with the forward's products in the forward's
-   operation order, so P = exp(A - lse) uses exactly the A the forward normalised (P <= 1).
-   Masked entries never enter a product: a product's contraction range stops where its mask does
-   (rows beyond L are zeros in the tiles, never data), and masked results are selected, never
-   multiplied by a zero mask, so a NaN or Inf in a row reaches only the gradient rows that depend
-   on it. */
-#define FU (BLK * BLK / VW)   /* units of a BLK x BLK matrix */
-#define FUC (BLK * DT / VW)   /* units of a BLK x DT slab */
-#define FQ (BLK / VW)         /* units per row of a BLK x BLK matrix */
-#define FQC (DT / VW)         /* units per row of a BLK x DT slab */
+/* Mapping: the forward's (common.cl, "Register micro-tiles").  Every product of a block pair is
+   split into micro-tiles of TM rows x TN vectors of VW columns, BLK x BLK products and BLK x DT slabs
+   of d-wide outputs alike; work-item lid owns micro-tiles lid + m NT.  Operand A of every product is
+   staged k-major (contraction index first), so each matrix is kept in the orientation(s) its
+   products read.  The scores and the D update are recomputed with the forward's mt_* calls on the
+   same operands (mt_product's even/odd order), so P = exp(A - lse) uses exactly the A the forward
+   normalised (P <= 1) and D_j is rolled back by exactly what the forward added.
+   Causally masked entries never enter a product: a contraction stops where its mask does (per row
+   of a micro-tile, and per column for dSU^T Y; mt_product_lower, _below, _from), masked results are
+   selected, never multiplied by a zero mask, and rows beyond L are zeros in the tiles; so a NaN or
+   Inf in a row reaches only the gradient rows that depend on it.  Gate entries outside the
+   CASTLE-SWL window are skipped where they weight rows of another input (dZ QU, dZ KU, G^T dD_j:
+   mt_product_band); they are exact zeros of G in the products the forward also takes over the
+   whole block (X G^T, the D update) and in dSU G. */
+#define FU ((BLK / TM) * (BLK / MT_COLS)) /* micro-tiles of a BLK x BLK product */
+#define FUC ((BLK / TM) * (DT / MT_COLS)) /* micro-tiles of a BLK x DT slab */
 #if (FU % NT) != 0 || (FUC % NT) != 0
-#error "backward.cl: NT x VW must divide BLK*BLK and BLK*DT"
+#error "backward.cl: NT x TM x TN x VW must divide BLK*BLK and BLK*DT"
 #endif
-#define FUPT (FU / NT)        /* matrix units per work-item */
-#define FUPC (FUC / NT)       /* slab units per work-item */
+#define FUPT (FU / NT)  /* product micro-tiles per work-item */
+#define FUPC (FUC / NT) /* slab micro-tiles per work-item */
 
 /* Local memory: eight BLK x BLK matrices (row stride BLK), seven BLK x DT tiles (row-major "rb",
-   t[r * DT + c], or transposed "tb", t[c * BLK + r]), Delta and lse of the rows. */
+   t[r * DT + c], or k-major "tb", t[c * BLK + r]), Delta and lse of the rows. */
 #define BW_MATS 8 /* the matrices come first (CASTLE_LM_BACKWARD counts the same parts) */
 #define LM_BW CASTLE_LM_BACKWARD(BLK, DT) /* local_memory.h: the host checks the same formula */
-
-/* sum_c x[c] t[c * BLK .. + VW), c < DT, in cl/forward.cl's order (even and odd c apart). */
-__attribute__((always_inline)) inline vfloat row_x_tile(__local const float *x, __local const float *t)
-{
-    vfloat y0 = (vfloat)(0.0f), y1 = (vfloat)(0.0f);
-    for (int c = 0; c < DT; c += 2) {
-        y0 += x[c] * VLOAD(t + c * BLK);
-        y1 += x[c + 1] * VLOAD(t + (c + 1) * BLK);
-    }
-    return y0 + y1;
-}
-
-/* x . y over DT floats in row_x_tile's order: equal to row_x_tile's lane for equal operands. */
-inline float row_dot(__local const float *x, __local const float *y)
-{
-    float y0 = 0.0f, y1 = 0.0f;
-    for (int c = 0; c < DT; c += 2) {
-        y0 += x[c] * y[c];
-        y1 += x[c + 1] * y[c + 1];
-    }
-    return y0 + y1;
-}
-
-/* sum_{q0 <= q < q1} w[q] t[q * ts .. + VW): cl/forward.cl's weights_x_rows restricted to the
-   unmasked range, even and odd q summed apart as there (the skipped terms are exact zeros, so
-   over finite data the result equals the full sum). */
-__attribute__((always_inline)) inline vfloat weights_x_rows(__local const float *w, __local const float *t, int ts,
-                                                           int q0, int q1)
-{
-    vfloat y0 = (vfloat)(0.0f), y1 = (vfloat)(0.0f);
-    int q = q0;
-    if ((q & 1) && q < q1) {
-        y1 += w[q] * VLOAD(t + q * ts);
-        ++q;
-    }
-    for (; q + 1 < q1; q += 2) {
-        y0 += w[q] * VLOAD(t + q * ts);
-        y1 += w[q + 1] * VLOAD(t + (q + 1) * ts);
-    }
-    if (q < q1)
-        y0 += w[q] * VLOAD(t + q * ts);
-    return y0 + y1;
-}
-
-/* As weights_x_rows over q >= q0, but lane e of the unit whose first column is cv takes only
-   q >= cv + e: the product dSU^T Y, where Y[t][j'] is masked for t < j'. */
-inline vfloat weights_x_rows_upper(__local const float *w, __local const float *t, int ts, int q0, int cv,
-                                   vfloat lane)
-{
-    vfloat y = (vfloat)(0.0f);
-    for (int q = q0; q < BLK; ++q) {
-        vfloat wq = (vfloat)(w[q]);
-        if (q - cv < VW - 1)
-            wq = select((vfloat)(0.0f), wq, VISLESSEQ(lane, (vfloat)(float)(q - cv)));
-        y += wq * VLOAD(t + q * ts);
-    }
-    return y;
-}
 
 inline vfloat castle_silu_grad_v(vfloat x)
 {
     const vfloat g = castle_sigmoid_v(x);
     return g * ((vfloat)(1.0f) + x * ((vfloat)(1.0f) - g));
-}
-
-/* Lanes of v into column cv.. of row r of a BLK-stride matrix stored transposed: m[(cv + e) BLK + r]. */
-inline void store_transposed(__local float *m, int r, int cv, vfloat v)
-{
-    float e[VW];
-    VLANES(v, e);
-    for (int q = 0; q < VW; ++q)
-        m[(cv + q) * BLK + r] = e[q];
 }
 
 /* out = (first ? 0 : out) + v over the first n (<= VW) floats at p. */
@@ -151,6 +85,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     const bool first_row = j == 0;     /* first backward touch of row block i */
     const bool first_col = i == N - 1; /* first backward touch of column block j */
     const bool diag = k == 0;
+    const int kb = k * BLK, Wb = min(W, Lpad); /* T_i starts kb rows after T_j; the window, bounded */
     const vfloat lane = lane_index();
 
     __global const float *pqu = qu + tensor_offset(squ, b, h, 0);
@@ -169,101 +104,134 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __global float *dD = ws + ws_dd + bhd;
     __global const float *X = ws + ws_x + ((ulong)bh * N + i) * (BLK * BLK);
 
-    /* Matrices (row index first): G [s][j'], Gt [j'][s], Y [t][j'], Pt [s][t], dA [t][s], dAt [s][t],
-       dSU [t][s], dSUt [s][t].  After phase C, Y and G are dead: dY [t][j'] takes Y's place and
-       dYt [j'][t] G's; after phase D1, dZ [s][j'] takes dA's place and dZt [j'][s] dAt's. */
-    __local float *sG = lm, *sGt = lm + BLK * BLK, *sY = lm + 2 * BLK * BLK, *sPt = lm + 3 * BLK * BLK;
-    __local float *sdA = lm + 4 * BLK * BLK, *sdAt = lm + 5 * BLK * BLK, *sdSU = lm + 6 * BLK * BLK;
-    __local float *sdSUt = lm + 7 * BLK * BLK;
-    __local float *sdY = sY, *sdYt = sG, *sdZ = sdA, *sdZt = sdAt;
+    /* Matrices, m[row * BLK + col] ("rm") or transposed ("Xt": X's column index first):
+         M0 Gt [j'][s]  (scores)  -> P [t][s] (from phase B2 on)
+         M1 Yt [j'][t]  (scores)  -> dA [t][s]  -> dZ [s][j'] (after D1)
+         M2 G [s][j'], M3 Y [t][j'] -> dY [t][j'] (after C), M4 dAt [s][t] -> dZt [j'][s] (after D1),
+         M5 dSU [t][s], M6 dSUt [s][t], M7 dYt [j'][t]. */
+    __local float *sGt = lm, *sYt = lm + BLK * BLK, *sG = lm + 2 * BLK * BLK, *sY = lm + 3 * BLK * BLK;
+    __local float *sdAt = lm + 4 * BLK * BLK, *sdSU = lm + 5 * BLK * BLK, *sdSUt = lm + 6 * BLK * BLK;
+    __local float *sdYt = lm + 7 * BLK * BLK;
+    __local float *sP = sGt, *sdA = sYt, *sdY = sY, *sdZ = sYt, *sdZt = sdAt;
     __local float *T0 = lm + BW_MATS * BLK * BLK, *T1 = T0 + BLK * DT, *T2 = T1 + BLK * DT;
     __local float *T3 = T2 + BLK * DT, *T4 = T3 + BLK * DT, *T5 = T4 + BLK * DT, *T6 = T5 + BLK * DT;
     __local float *sDelta = T6 + BLK * DT, *sLse = sDelta + BLK;
 
-    /* Per matrix unit m: gate logits, then dG (s rows, j' columns); the gate G; the products
-       QC KC^T, QC D^T, dO VC^T (t rows, s columns). */
-    vfloat g[FUPT], gv[FUPT], s1[FUPT], s2[FUPT], ap[FUPT];
-    for (int m = 0; m < FUPT; ++m)
-        g[m] = gv[m] = s1[m] = s2[m] = ap[m] = (vfloat)(0.0f);
+    /* Per micro-tile m of a BLK x BLK product: the gate logits, then dG (rows s, columns j'); the
+       gate G; the products QC KC^T, QC D^T, dO VC^T (rows t, columns s). */
+    vfloat g[FUPT][MT_ACC], gv[FUPT][MT_ACC], s1[FUPT][MT_ACC], s2[FUPT][MT_ACC], ap[FUPT][MT_ACC];
+    for (int m = 0; m < FUPT; ++m) {
+        mt_zero(g[m]);
+        mt_zero(gv[m]);
+        mt_zero(s1[m]);
+        mt_zero(s2[m]);
+        mt_zero(ap[m]);
+    }
 
-    /* Phase A: the gate logits QU[T_j] KU[T_i]^T (as the forward), then G, Gt and Y (the forward's
-       masked X block). */
+    /* Phase A: the gate logits QU[T_j] KU[T_i]^T (as the forward) and, in gv until the logits are
+       done, the dD_j VU[T_i]^T part of dG (dD_j: the gradient of D_j^(k+1), 0 at the first touch);
+       then G, Gt, Y and Yt (Y: the forward's masked X block, row-major (t, j') in the workspace).
+       Tiles, all k-major: T0 QU[T_j], T1 KU[T_i], T2 dD_j, T3 VU[T_i]. */
     if (gate) {
         for (int c0 = 0; c0 < d; c0 += DT) {
-            load_tile_rb(T0, pqu, squ.z, s0, L, c0, d);
+            load_tile_tb(T0, pqu, squ.z, s0, L, c0, d);
             load_tile_tb(T1, pku, sku.z, t0, L, c0, d);
+            if (!first_col) {
+                load_tile_tb(T2, dD, (ulong)d, s0, L, c0, d);
+                load_tile_tb(T3, pvu, svu.z, t0, L, c0, d);
+            }
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int m = 0; m < FUPT; ++m) {
-                const int u = lid + m * NT, row = u / FQ, cv = (u % FQ) * VW;
-                g[m] += row_x_tile(T0 + row * DT, T1 + cv);
+                const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+                mt_product(g[m], T0 + row0, BLK, T1 + col0, BLK, DT);
+                if (!first_col)
+                    mt_product(gv[m], T2 + row0, BLK, T3 + col0, BLK, DT);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
         for (int m = 0; m < FUPT; ++m) {
-            const int u = lid + m * NT, rr = u / FQ, cv = (u % FQ) * VW;
-            const int s = s0 + rr;
-            const vfloat jp = (float)(t0 + cv) + lane; /* j' of each lane */
-            const vfloat sf = (float)s;
-            /* allowed: s < L, j' < L, s < j', and j' <= s + W for CASTLE-SWL (as the forward) */
-            vfloat gg = castle_sigmoid_v(sc * g[m]);
-            gg = select((vfloat)(0.0f), gg,
-                        VISLESS(jp, (vfloat)(float)L) & VISLESS(sf, jp) &
-                            (W == 0 ? VTRUE : VISLESSEQ(jp, sf + (float)W)));
-            if (s >= L)
-                gg = (vfloat)(0.0f);
-            gv[m] = gg;
-            g[m] = (vfloat)(0.0f);
-            VSTORE(gg, sG + rr * BLK + cv);
-            store_transposed(sGt, rr, cv, gg);
-            VSTORE(VLOAD(X + rr * BLK + cv), sY + rr * BLK + cv); /* rows t, columns j' */
+            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            for (int e = 0; e < MT_ACC; ++e) {
+                const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+                const int s = s0 + rr;
+                const vfloat jp = (float)(t0 + cv) + lane; /* j' of each lane */
+                const vfloat sf = (float)s;
+                /* allowed: s < L, j' < L, s < j', and j' <= s + W for CASTLE-SWL (as the forward) */
+                vfloat gg = castle_sigmoid_v(sc * g[m][e]);
+                gg = select((vfloat)(0.0f), gg,
+                            VISLESS(jp, (vfloat)(float)L) & VISLESS(sf, jp) &
+                                (W == 0 ? VTRUE : VISLESSEQ(jp, sf + (float)W)));
+                if (s >= L)
+                    gg = (vfloat)(0.0f);
+                g[m][e] = gv[m][e]; /* dG so far */
+                gv[m][e] = gg;
+                VSTORE(gg, sG + rr * BLK + cv);
+                store_column(sGt, cv, rr, gg);
+            }
+        }
+        for (int e = lid; e < BLK * BLK; e += NT) {
+            const float y = X[e];
+            sY[e] = y;
+            sYt[(e % BLK) * BLK + e / BLK] = y;
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Phase B: roll D_j back to D_j^(k) (into W and the transposed tile T6, exactly the D_j the
-       forward read), Delta = rowsum(dO * O) and the products QC KC^T, QC D_j^(k)T, dO VC^T.
-       Delta and dO VC^T are summed in the same order, so that dA = P (dP - Delta) is exactly 0
+    /* Phase B: roll D_j back to D_j^(k) (into W and the k-major tile T6: exactly the D_j the forward
+       read), Delta = rowsum(dO * O) and the products QC KC^T, QC D_j^(k)T, dO VC^T.  Delta and
+       dO VC^T are one FMA chain each in the same order, so that dA = P (dP - Delta) is exactly 0
        where the two agree exactly (a row with a single key: O = VC). */
     float delta = 0.0f;
     for (int c0 = 0; c0 < d; c0 += DT) {
-        load_tile_rb(T0, pqc, sqc.z, t0, L, c0, d);
+        load_tile_tb(T0, pqc, sqc.z, t0, L, c0, d);
         load_tile_tb(T1, pkc, skc.z, s0, L, c0, d);
-        load_tile_rb(T2, pdo, sdo.z, t0, L, c0, d);
+        load_tile_tb(T2, pdo, sdo.z, t0, L, c0, d);
         load_tile_tb(T3, pvc, svc.z, s0, L, c0, d);
-        load_tile_rb(T4, po, so.z, t0, L, c0, d);
+        load_tile_tb(T4, po, so.z, t0, L, c0, d);
         if (gate && k > 0)
             load_tile_rb(T5, pvu, svu.z, t0, L, c0, d);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k > 0)
             for (int m = 0; m < FUPC; ++m) {
-                const int u = lid + m * NT, rr = u / FQC, cv = (u % FQC) * VW, gc = c0 + cv;
-                const int s = s0 + rr;
-                vfloat hi = (vfloat)(0.0f);
-                if (s < L && gc < d) {
-                    const ulong off = (ulong)s * d + gc;
-                    const int n = min(VW, d - gc);
-                    vfloat lo;
-                    hi = gload_part(Dsrc_hi + off, n);
-                    lo = gload_part(Dsrc_lo + off, n);
-                    if (gate) { /* the forward's D update VU[T_i]^T G^T, over the window of row s */
-                        const int q1 = W ? clamp(s + W + 1 - t0, 0, BLK) : BLK;
-                        pair_add_v(&hi, &lo, -weights_x_rows(sG + rr * BLK, T5 + cv, DT, 0, q1));
+                const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
+                vfloat dv[MT_ACC];
+                mt_zero(dv);
+                if (gate) /* the forward's D update G[T_j,T_i] VU[T_i] */
+                    mt_product(dv, sGt + row0, BLK, T5 + col0, DT, BLK);
+                for (int e = 0; e < MT_ACC; ++e) {
+                    const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW, gc = c0 + cv;
+                    const int s = s0 + rr;
+                    vfloat hi = (vfloat)(0.0f);
+                    if (s < L && gc < d) {
+                        const ulong off = (ulong)s * d + gc;
+                        const int n = min(VW, d - gc);
+                        vfloat lo;
+                        hi = gload_part(Dsrc_hi + off, n);
+                        lo = gload_part(Dsrc_lo + off, n);
+                        if (gate)
+                            pair_add_v(&hi, &lo, -dv[e]);
+                        gstore_part(hi, Whi + off, n);
+                        gstore_part(lo, Wlo + off, n);
                     }
-                    gstore_part(hi, Whi + off, n);
-                    gstore_part(lo, Wlo + off, n);
+                    store_column(T6, cv, rr, hi);
                 }
-                store_transposed(T6, rr, cv, hi);
             }
-        /* global fence too: the loads below and phase D1 read W rows other work-items wrote */
+        /* global fence too: phase D1 reads W rows other work-items wrote */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        if (lid < BLK)
-            delta += row_dot(T2 + lid * DT, T4 + lid * DT);
+        if (lid < BLK) { /* in mt_product's order: even and odd c apart, then added */
+            float e0 = 0.0f, e1 = 0.0f;
+            for (int c = 0; c < DT; c += 2) {
+                e0 += T2[c * BLK + lid] * T4[c * BLK + lid];
+                e1 += T2[(c + 1) * BLK + lid] * T4[(c + 1) * BLK + lid];
+            }
+            delta += e0 + e1;
+        }
         for (int m = 0; m < FUPT; ++m) {
-            const int u = lid + m * NT, row = u / FQ, cv = (u % FQ) * VW;
-            s1[m] += row_x_tile(T0 + row * DT, T1 + cv);
+            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            mt_product(s1[m], T0 + row0, BLK, T1 + col0, BLK, DT);
             if (k > 0)
-                s2[m] += row_x_tile(T0 + row * DT, T6 + cv);
-            ap[m] += row_x_tile(T2 + row * DT, T3 + cv);
+                mt_product(s2[m], T0 + row0, BLK, T6 + col0, BLK, DT);
+            mt_product(ap[m], T2 + row0, BLK, T3 + col0, BLK, DT);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
@@ -273,60 +241,80 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Phase B2: SU and A as the forward computes them, P = min(exp(A - lse), 1), dA, dSU
-       (rows t, vectors of s); masked entries are 0. */
+    /* Phase B2: SU and A as the forward computes them, P = min(exp(A - lse), 1), dA, dSU (rows t,
+       columns s; masked entries 0), kept in registers until every work-item has read Gt and Yt. */
     for (int m = 0; m < FUPT; ++m) {
-        const int u = lid + m * NT, rr = u / FQ, cv = (u % FQ) * VW;
-        const int t = t0 + rr;
-        vfloat su = sc * s2[m];
+        const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+        vfloat su[MT_ACC];
+        for (int e = 0; e < MT_ACC; ++e)
+            su[e] = k > 0 ? sc * s2[m][e] : (vfloat)(0.0f);
         if (gate) /* X[t][j'] = 0 beyond j' = t */
-            su += weights_x_rows(sY + rr * BLK, sGt + cv, BLK, 0, rr + 1);
-        const vfloat a = sc * s1[m] - castle_silu_v(su);
-        const vfloat sv = (float)(s0 + cv) + lane;
-        const vint masked = VISGREATEREQ(sv, (vfloat)(float)L) | (diag ? VISGREATER(sv, (vfloat)(float)t) : VFALSE) |
-                            (t >= L ? VTRUE : VFALSE);
-        const vfloat p = select(fmin(exp(a - sLse[rr]), (vfloat)(1.0f)), (vfloat)(0.0f), masked);
-        const vfloat da = select(p * (ap[m] - sDelta[rr]), (vfloat)(0.0f), masked);
-        const vfloat dsu = select(-castle_silu_grad_v(su) * da, (vfloat)(0.0f), masked);
-        store_transposed(sPt, rr, cv, p);
-        VSTORE(da, sdA + rr * BLK + cv);
-        store_transposed(sdAt, rr, cv, da);
-        VSTORE(dsu, sdSU + rr * BLK + cv);
-        store_transposed(sdSUt, rr, cv, dsu);
+            mt_product_lower(su, sYt + row0, BLK, sGt + col0, BLK, row0);
+        for (int e = 0; e < MT_ACC; ++e) {
+            const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+            const int t = t0 + rr;
+            const vfloat a = sc * s1[m][e] - castle_silu_v(su[e]);
+            const vfloat sv = (float)(s0 + cv) + lane;
+            const vint masked = VISGREATEREQ(sv, (vfloat)(float)L) |
+                                (diag ? VISGREATER(sv, (vfloat)(float)t) : VFALSE) | (t >= L ? VTRUE : VFALSE);
+            const vfloat p = select(fmin(exp(a - sLse[rr]), (vfloat)(1.0f)), (vfloat)(0.0f), masked);
+            const vfloat da = select(p * (ap[m][e] - sDelta[rr]), (vfloat)(0.0f), masked);
+            s1[m][e] = p;
+            ap[m][e] = da;
+            s2[m][e] = select(-castle_silu_grad_v(su[e]) * da, (vfloat)(0.0f), masked);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* every read of Gt and Yt is done */
+    for (int m = 0; m < FUPT; ++m) {
+        const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+        for (int e = 0; e < MT_ACC; ++e) {
+            const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+            VSTORE(s1[m][e], sP + rr * BLK + cv);
+            VSTORE(ap[m][e], sdA + rr * BLK + cv);
+            store_column(sdAt, cv, rr, ap[m][e]);
+            VSTORE(s2[m][e], sdSU + rr * BLK + cv);
+            store_column(sdSUt, cv, rr, s2[m][e]);
+        }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Phase C: dY = (dSU G) masked j' <= t (into Y's and G's places), and the dSU^T Y part of dG
-       (units of s rows, j' columns). */
+    /* Phase C: dY = (dSU G) masked j' <= t (into Y's place and dYt), and the dSU^T Y part of dG
+       (rows s, columns j'; Y[t][j'] is masked for t < j', dSU[t][s] for t < s at k = 0). */
     if (gate) {
-        vfloat dy[FUPT];
+        vfloat dy[FUPT][MT_ACC];
         for (int m = 0; m < FUPT; ++m) {
-            const int u = lid + m * NT, rr = u / FQ, cv = (u % FQ) * VW;
-            const vfloat jp = (float)cv + lane;
-            dy[m] = select((vfloat)(0.0f), weights_x_rows(sdSU + rr * BLK, sG + cv, BLK, 0, diag ? rr + 1 : BLK),
-                           VISLESSEQ(jp, (vfloat)(float)rr));
-            g[m] = weights_x_rows_upper(sdSUt + rr * BLK, sY + cv, BLK, diag ? max(rr, cv) : cv, cv, lane);
+            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            mt_zero(dy[m]);
+            if (diag)
+                mt_product_lower(dy[m], sdSUt + row0, BLK, sG + col0, BLK, row0);
+            else
+                mt_product(dy[m], sdSUt + row0, BLK, sG + col0, BLK, BLK);
+            for (int e = 0; e < MT_ACC; ++e) {
+                const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+                dy[m][e] = select((vfloat)(0.0f), dy[m][e], VISLESSEQ((float)cv + lane, (vfloat)(float)rr));
+            }
+            mt_product_from(g[m], sdSU + row0, BLK, sY + col0, BLK, row0, diag ? 0 : -1, col0, true, lane);
         }
-        barrier(CLK_LOCAL_MEM_FENCE); /* every read of G and Y is done */
+        barrier(CLK_LOCAL_MEM_FENCE); /* every read of Y is done */
         for (int m = 0; m < FUPT; ++m) {
-            const int u = lid + m * NT, rr = u / FQ, cv = (u % FQ) * VW;
-            VSTORE(dy[m], sdY + rr * BLK + cv);
-            store_transposed(sdYt, rr, cv, dy[m]);
+            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            for (int e = 0; e < MT_ACC; ++e) {
+                const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+                VSTORE(dy[m][e], sdY + rr * BLK + cv);
+                store_column(sdYt, cv, rr, dy[m][e]);
+            }
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Phase D1: the d-wide products.  Tiles: T0 QC[T_i], T1 KC[T_j], T2 dO[T_i], T3 VU[T_i],
-       T5 dD_j (gradient of D_j^(k+1); 0 at the first touch), T6 D_j^(k) (W, written in phase B),
-       all row-major; T4 VU[T_i] transposed. */
+    /* Phase D1: the d-wide products.  Row-major tiles: T0 QC[T_i], T1 KC[T_j], T2 dO[T_i], T3 VU[T_i],
+       T5 dD_j (gradient of D_j^(k+1); 0 at the first touch), T6 D_j^(k) (W, written in phase B). */
     for (int c0 = 0; c0 < d; c0 += DT) {
         load_tile_rb(T0, pqc, sqc.z, t0, L, c0, d);
         load_tile_rb(T1, pkc, skc.z, s0, L, c0, d);
         load_tile_rb(T2, pdo, sdo.z, t0, L, c0, d);
-        if (gate) {
+        if (gate)
             load_tile_rb(T3, pvu, svu.z, t0, L, c0, d);
-            load_tile_tb(T4, pvu, svu.z, t0, L, c0, d);
-        }
         if (k > 0)
             load_tile_rb(T6, Whi, (ulong)d, s0, L, c0, d);
         if (first_col) {
@@ -337,43 +325,59 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         }
         /* global fence too: below, other work-items overwrite the dD_j entries just read */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        if (gate) /* dG += dD_j VU[T_i]^T (units of s rows, j' columns) */
-            for (int m = 0; m < FUPT; ++m) {
-                const int u = lid + m * NT, row = u / FQ, cv = (u % FQ) * VW;
-                g[m] += row_x_tile(T5 + row * DT, T4 + cv);
-            }
         for (int m = 0; m < FUPC; ++m) {
-            const int u = lid + m * NT, rr = u / FQC, cv = (u % FQC) * VW, gc = c0 + cv;
-            if (gc >= d)
-                continue;
-            const int n = min(VW, d - gc);
-            /* row block i: rr is t (dQC) or j' (dVU) */
-            const int t = t0 + rr;
-            if (t < L) {
-                vfloat vq = weights_x_rows(sdA + rr * BLK, T1 + cv, DT, 0, diag ? rr + 1 : BLK), vv = (vfloat)(0.0f);
-                if (k > 0)
-                    vq += weights_x_rows(sdSU + rr * BLK, T6 + cv, DT, 0, BLK);
-                if (gate) {
-                    /* G[s][j'] is 0 unless j' - W <= s < j' */
-                    const int q0 = W ? clamp(t - W - s0, 0, BLK) : 0, q1 = diag ? rr : BLK;
-                    vq += weights_x_rows(sdY + rr * BLK, T3 + cv, DT, 0, rr + 1);
-                    vv = weights_x_rows(sGt + rr * BLK, T5 + cv, DT, q0, q1) +
-                         sc * weights_x_rows(sdYt + rr * BLK, T0 + cv, DT, rr, BLK);
-                }
-                accumulate(dqc + tensor_offset(sdqc, b, h, t) + gc, n, first_row, sc * vq);
-                accumulate(dvu + tensor_offset(sdvu, b, h, t) + gc, n, first_row, vv);
+            const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
+            /* row block i, rows t: dQC = dA KC + dSU D^T + dY VU; rows j': dVU = G^T dD + sc dY^T QC */
+            vfloat vq[MT_ACC], vv[MT_ACC], w[MT_ACC];
+            mt_zero(vq);
+            mt_zero(vv);
+            if (diag)
+                mt_product_lower(vq, sdAt + row0, BLK, T1 + col0, DT, row0);
+            else
+                mt_product(vq, sdAt + row0, BLK, T1 + col0, DT, BLK);
+            if (k > 0)
+                mt_product(vq, sdSUt + row0, BLK, T6 + col0, DT, BLK);
+            if (gate) {
+                mt_product_lower(vq, sdYt + row0, BLK, T3 + col0, DT, row0);
+                if (W) /* G[s][j'] = 0 unless j' - W <= s < j' */
+                    mt_product_band(vv, sG + row0, BLK, T5 + col0, DT, row0, kb - Wb, kb);
+                else if (diag)
+                    mt_product_below(vv, sG + row0, BLK, T5 + col0, DT, row0);
+                else
+                    mt_product(vv, sG + row0, BLK, T5 + col0, DT, BLK);
+                mt_zero(w);
+                mt_product_from(w, sdY + row0, BLK, T0 + col0, DT, row0, 0, 0, false, lane);
+                for (int e = 0; e < MT_ACC; ++e)
+                    vv[e] += sc * w[e];
             }
-            /* column block j: rr is s */
-            const int s = s0 + rr;
-            if (s < L) {
-                const int q0 = diag ? rr : 0; /* t >= s */
-                accumulate(dvc + tensor_offset(sdvc, b, h, s) + gc, n, first_col,
-                           weights_x_rows(sPt + rr * BLK, T2 + cv, DT, q0, BLK));
-                accumulate(dkc + tensor_offset(sdkc, b, h, s) + gc, n, first_col,
-                           sc * weights_x_rows(sdAt + rr * BLK, T0 + cv, DT, q0, BLK));
-                if (k > 0) /* the gradient of D_j^(k), for iteration k - 1 */
-                    gstore_part(VLOAD(T5 + rr * DT + cv) + sc * weights_x_rows(sdSUt + rr * BLK, T0 + cv, DT, 0, BLK),
-                                dD + (ulong)s * d + gc, n);
+            for (int e = 0; e < MT_ACC; ++e) {
+                const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
+                const int t = t0 + rr;
+                if (t < L && gc < d) {
+                    const int n = min(VW, d - gc);
+                    accumulate(dqc + tensor_offset(sdqc, b, h, t) + gc, n, first_row, sc * vq[e]);
+                    accumulate(dvu + tensor_offset(sdvu, b, h, t) + gc, n, first_row, vv[e]);
+                }
+            }
+            /* column block j, rows s: dVC = P^T dO, dKC = sc dA^T QC, dD_j += sc dSU^T QC (t >= s) */
+            vfloat vc_[MT_ACC];
+            mt_zero(vc_);
+            mt_zero(vq);
+            mt_zero(vv);
+            mt_product_from(vc_, sP + row0, BLK, T2 + col0, DT, row0, diag ? 0 : -1, 0, false, lane);
+            mt_product_from(vq, sdA + row0, BLK, T0 + col0, DT, row0, diag ? 0 : -1, 0, false, lane);
+            if (k > 0)
+                mt_product(vv, sdSU + row0, BLK, T0 + col0, DT, BLK);
+            for (int e = 0; e < MT_ACC; ++e) {
+                const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW, gc = c0 + cv;
+                const int s = s0 + rr;
+                if (s < L && gc < d) {
+                    const int n = min(VW, d - gc);
+                    accumulate(dvc + tensor_offset(sdvc, b, h, s) + gc, n, first_col, vc_[e]);
+                    accumulate(dkc + tensor_offset(sdkc, b, h, s) + gc, n, first_col, sc * vq[e]);
+                    if (k > 0) /* the gradient of D_j^(k), for iteration k - 1 */
+                        gstore_part(VLOAD(T5 + rr * DT + cv) + sc * vv[e], dD + (ulong)s * d + gc, n);
+                }
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -382,16 +386,19 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     /* dZ = dG G (1 - G) on the allowed gate entries (0 elsewhere), into dA's and dAt's places. */
     if (gate)
         for (int m = 0; m < FUPT; ++m) {
-            const int u = lid + m * NT, rr = u / FQ, cv = (u % FQ) * VW;
-            const vfloat dz = select((vfloat)(0.0f), g[m] * gv[m] * ((vfloat)(1.0f) - gv[m]),
-                                     isnotequal(gv[m], (vfloat)(0.0f)));
-            VSTORE(dz, sdZ + rr * BLK + cv);
-            store_transposed(sdZt, rr, cv, dz);
+            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            for (int e = 0; e < MT_ACC; ++e) {
+                const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+                const vfloat dz = select((vfloat)(0.0f), g[m][e] * gv[m][e] * ((vfloat)(1.0f) - gv[m][e]),
+                                         isnotequal(gv[m][e], (vfloat)(0.0f)));
+                VSTORE(dz, sdZ + rr * BLK + cv);
+                store_column(sdZt, cv, rr, dz);
+            }
         }
     barrier(CLK_LOCAL_MEM_FENCE);
 
     /* Phase D2: dKU[T_i] += sc dZ^T QU[T_j], dQU[T_j] += sc dZ KU[T_i], each over the allowed gate
-       entries of its row. */
+       entries of its row (s < j', and j' <= s + W for CASTLE-SWL). */
     for (int c0 = 0; c0 < d && (gate || first_row || first_col); c0 += DT) {
         if (gate) {
             load_tile_rb(T0, pqu, squ.z, s0, L, c0, d);
@@ -399,21 +406,32 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int m = 0; m < FUPC; ++m) {
-            const int u = lid + m * NT, rr = u / FQC, cv = (u % FQC) * VW, gc = c0 + cv;
-            if (gc >= d)
-                continue;
-            const int n = min(VW, d - gc);
-            vfloat vk = (vfloat)(0.0f), vq = (vfloat)(0.0f);
+            const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
+            vfloat vk[MT_ACC], vq[MT_ACC];
+            mt_zero(vk);
+            mt_zero(vq);
             if (gate) {
-                const int jp = t0 + rr, s = s0 + rr; /* j' - W <= s < j' */
-                vk = weights_x_rows(sdZt + rr * BLK, T0 + cv, DT, W ? clamp(jp - W - s0, 0, BLK) : 0, diag ? rr : BLK);
-                vq = weights_x_rows(sdZ + rr * BLK, T1 + cv, DT, diag ? rr + 1 : 0,
-                                    W ? clamp(s + W + 1 - t0, 0, BLK) : BLK);
+                if (W) { /* j' - W <= s < j' */
+                    mt_product_band(vk, sdZ + row0, BLK, T0 + col0, DT, row0, kb - Wb, kb);
+                    mt_product_band(vq, sdZt + row0, BLK, T1 + col0, DT, row0, 1 - kb, Wb + 1 - kb);
+                } else if (diag) {
+                    mt_product_below(vk, sdZ + row0, BLK, T0 + col0, DT, row0);
+                    mt_product_from(vq, sdZt + row0, BLK, T1 + col0, DT, row0, 1, 0, false, lane);
+                } else {
+                    mt_product(vk, sdZ + row0, BLK, T0 + col0, DT, BLK);
+                    mt_product(vq, sdZt + row0, BLK, T1 + col0, DT, BLK);
+                }
             }
-            if (t0 + rr < L && (gate || first_row))
-                accumulate(dku + tensor_offset(sdku, b, h, t0 + rr) + gc, n, first_row, sc * vk);
-            if (s0 + rr < L && (gate || first_col))
-                accumulate(dqu + tensor_offset(sdqu, b, h, s0 + rr) + gc, n, first_col, sc * vq);
+            for (int e = 0; e < MT_ACC; ++e) {
+                const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
+                if (gc >= d)
+                    continue;
+                const int n = min(VW, d - gc);
+                if (t0 + rr < L && (gate || first_row))
+                    accumulate(dku + tensor_offset(sdku, b, h, t0 + rr) + gc, n, first_row, sc * vk[e]);
+                if (s0 + rr < L && (gate || first_col))
+                    accumulate(dqu + tensor_offset(sdqu, b, h, s0 + rr) + gc, n, first_col, sc * vq[e]);
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }

@@ -263,6 +263,82 @@ inline vfloat castle_sigmoid_v(vfloat x)
 }
 inline vfloat castle_silu_v(vfloat x) { return x * castle_sigmoid_v(x); }
 
+/* acc += the terms kk in [0, BLK) of A[:, kk] B[kk, :] that row row0 + i and column col0 + c take:
+   kk >= row0 + i + ro when ro >= 0 (no row bound when ro < 0) and kk >= col0 + c when cols.  The
+   terms of the mixed region are added by select, so a masked term never reaches a sum. */
+__attribute__((always_inline)) inline void mt_product_from(vfloat *acc, __local const float *a, const int as,
+                                                           __local const float *b, const int bs, const int row0,
+                                                           const int ro, const int col0, const bool cols,
+                                                           const vfloat lane)
+{
+    const int kmin = max(ro >= 0 ? row0 + ro : 0, cols ? col0 : 0);
+    const int kfull = min(BLK, max(ro >= 0 ? row0 + TM - 1 + ro : 0, cols ? col0 + MT_COLS - 1 : 0));
+    for (int kk = kmin; kk < kfull; ++kk) {
+        float x[TM];
+        vfloat y[TN];
+        mt_frag_a(x, a + kk * as);
+        mt_frag_b(y, b + kk * bs);
+        for (int i = 0; i < TM; ++i)
+            for (int j = 0; j < TN; ++j) {
+                const vint cm = cols ? VISGREATEREQ((vfloat)(float)kk, (float)(col0 + j * VW) + lane) : VTRUE;
+                const vint m = (ro < 0 || kk >= row0 + i + ro) ? cm : VFALSE;
+                acc[i * TN + j] = select(acc[i * TN + j], acc[i * TN + j] + x[i] * y[j], m);
+            }
+    }
+    const int k0 = max(kmin, kfull);
+    mt_product(acc, a + k0 * as, as, b + k0 * bs, bs, BLK - k0);
+}
+
+/* acc += the terms kk < row0 + i of row row0 + i (strictly below the diagonal). */
+__attribute__((always_inline)) inline void mt_product_below(vfloat *acc, __local const float *a, const int as,
+                                                            __local const float *b, const int bs, const int row0)
+{
+    mt_product(acc, a, as, b, bs, row0);
+    for (int q = 0; q + 1 < TM; ++q) {
+        float x[TM];
+        vfloat y[TN];
+        mt_frag_a(x, a + (row0 + q) * as);
+        mt_frag_b(y, b + (row0 + q) * bs);
+        for (int i = q + 1; i < TM; ++i)
+            for (int j = 0; j < TN; ++j)
+                acc[i * TN + j] += x[i] * y[j];
+    }
+}
+
+/* acc += the terms row0 + i + lo <= kk < row0 + i + hi (and 0 <= kk < BLK) of row row0 + i: a band
+   along the diagonal, such as a sliding window's.  Where the band holds the whole block for every row
+   of the micro-tile, mt_product's order; otherwise one chain with the terms outside a row's band
+   skipped, never multiplied by a zero. */
+__attribute__((always_inline)) inline void mt_product_band(vfloat *acc, __local const float *a, const int as,
+                                                           __local const float *b, const int bs, const int row0,
+                                                           const int lo, const int hi)
+{
+    if (row0 + TM - 1 + lo <= 0 && row0 + hi >= BLK) {
+        mt_product(acc, a, as, b, bs, BLK);
+        return;
+    }
+    const int k0 = clamp(row0 + lo, 0, BLK), k1 = clamp(row0 + TM - 1 + hi, 0, BLK);
+    for (int kk = k0; kk < k1; ++kk) {
+        float x[TM];
+        vfloat y[TN];
+        mt_frag_a(x, a + kk * as);
+        mt_frag_b(y, b + kk * bs);
+        for (int i = 0; i < TM; ++i)
+            if (kk >= row0 + i + lo && kk < row0 + i + hi)
+                for (int j = 0; j < TN; ++j)
+                    acc[i * TN + j] += x[i] * y[j];
+    }
+}
+
+/* Stores the VW lanes of v as rows c, c + 1, .. of column r of a k-major BLK x BLK matrix. */
+__attribute__((always_inline)) inline void store_column(__local float *m, const int c, const int r, const vfloat v)
+{
+    float e[VW];
+    VLANES(v, e);
+    for (int q = 0; q < VW; ++q)
+        m[(c + q) * BLK + r] = e[q];
+}
+
 /* The first n (<= w) floats at p as a w-wide vector, zeros beyond (gload_n<w>), and the first n
    lanes of v to p (gstore_n<w>), for every width w = 1, 2, 4, 8, 16; gload_part and gstore_part
    are the VW-wide ones.  A partial row never reads or writes past its n floats. */

@@ -47,15 +47,6 @@
     L, d, H, W, sc, qu, squ, ku, sku, vu, svu, qc, sqc, kc, skc, vc, svc, o, so, lse, slse, ws, ws_dlo, \
     ws_x, ws_ml
 
-/* Stores the VW lanes of v as rows c, c + 1, .. of column r of a k-major BLK x BLK matrix. */
-__attribute__((always_inline)) inline void store_column(__local float *m, const int c, const int r, const vfloat v)
-{
-    float e[VW];
-    VLANES(v, e);
-    for (int q = 0; q < VW; ++q)
-        m[(c + q) * BLK + r] = e[q];
-}
-
 /* The block pair (i = j + k, j) of batch entry x head bh, computed by the whole work-group. */
 inline void forward_block(__local float *lm, const int k, const int j, const int bh, FORWARD_BLOCK_PARAMS)
 {
