@@ -167,12 +167,10 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 gv[m][e] = gg;
                 VSTORE(gg, sG + rr * BLK + cv);
                 store_column(sGt, cv, rr, gg);
+                const vfloat y = VLOAD(X + rr * BLK + cv); /* rows t, columns j' */
+                VSTORE(y, sY + rr * BLK + cv);
+                store_column(sYt, cv, rr, y);
             }
-        }
-        for (int e = lid; e < BLK * BLK; e += NT) {
-            const float y = X[e];
-            sY[e] = y;
-            sYt[(e % BLK) * BLK + e / BLK] = y;
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
