@@ -21,7 +21,8 @@
    split into micro-tiles of TM rows x TN vectors of VW columns, BLK x BLK products and BLK x DT slabs
    of d-wide outputs alike; work-item lid owns micro-tiles lid + m NT.  Operand A of every product is
    staged k-major (contraction index first), so each matrix is kept in the orientation(s) its
-   products read.  The scores and the D update are recomputed with the forward's mt_* calls on the
+   products read; the d tiles that are A operands are staged as MT_AT says (row-major under the CPU
+   mapping, TM = 1), the d tiles of every other operand with stage_tile's vector loads as well.  The scores and the D update are recomputed with the forward's mt_* calls on the
    same operands (mt_product's even/odd order), so P = exp(A - lse) uses exactly the A the forward
    normalised (P <= 1) and D_j is rolled back by exactly what the forward added.
    Causally masked entries never enter a product: a contraction stops where its mask does (per row
@@ -39,8 +40,8 @@
 #define FUPT (FU / NT)  /* product micro-tiles per work-item */
 #define FUPC (FUC / NT) /* slab micro-tiles per work-item */
 
-/* Local memory: eight BLK x BLK matrices (row stride BLK), seven BLK x DT tiles (row-major "rb",
-   t[r * DT + c], or k-major "tb", t[c * BLK + r]), Delta and lse of the rows. */
+/* Local memory: eight BLK x BLK matrices (row stride BLK), seven BLK x DT tiles (row-major,
+   t[r * DT + c], or k-major, t[c * BLK + r]: stage_tile), Delta and lse of the rows. */
 #define BW_MATS 8 /* the matrices come first (CASTLE_LM_BACKWARD counts the same parts) */
 #define LM_BW CASTLE_LM_BACKWARD(BLK, DT) /* local_memory.h: the host checks the same formula */
 
@@ -131,21 +132,22 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     /* Phase A: the gate logits QU[T_j] KU[T_i]^T (as the forward) and, in gv until the logits are
        done, the dD_j VU[T_i]^T part of dG (dD_j: the gradient of D_j^(k+1), 0 at the first touch);
        then G, Gt, Y and Yt (Y: the forward's masked X block, row-major (t, j') in the workspace).
-       Tiles, all k-major: T0 QU[T_j], T1 KU[T_i], T2 dD_j, T3 VU[T_i]. */
+       Tiles: the A operands T0 QU[T_j] and T2 dD_j as MT_AT says, the B operands T1 KU[T_i] and
+       T3 VU[T_i] k-major. */
     if (gate) {
         for (int c0 = 0; c0 < d; c0 += DT) {
-            load_tile_tb(T0, pqu, squ.z, s0, L, c0, d);
-            load_tile_tb(T1, pku, sku.z, t0, L, c0, d);
+            stage_tile(T0, pqu, squ.z, s0, L, c0, DT, d, MT_AT);
+            stage_tile(T1, pku, sku.z, t0, L, c0, DT, d, true);
             if (!first_col) {
-                load_tile_tb(T2, dD, (ulong)d, s0, L, c0, d);
-                load_tile_tb(T3, pvu, svu.z, t0, L, c0, d);
+                stage_tile(T2, dD, (ulong)d, s0, L, c0, DT, d, MT_AT);
+                stage_tile(T3, pvu, svu.z, t0, L, c0, DT, d, true);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-                mt_product(g[m], T0 + row0, BLK, T1 + col0, BLK, DT);
+                mt_product(g[m], MT_A(T0, row0, DT, 0), T1 + col0, BLK, DT);
                 if (!first_col)
-                    mt_product(gv[m], T2 + row0, BLK, T3 + col0, BLK, DT);
+                    mt_product(gv[m], MT_A(T2, row0, DT, 0), T3 + col0, BLK, DT);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
@@ -181,13 +183,13 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
        where the two agree exactly (a row with a single key: O = VC). */
     float delta = 0.0f;
     for (int c0 = 0; c0 < d; c0 += DT) {
-        load_tile_tb(T0, pqc, sqc.z, t0, L, c0, d);
-        load_tile_tb(T1, pkc, skc.z, s0, L, c0, d);
-        load_tile_tb(T2, pdo, sdo.z, t0, L, c0, d);
-        load_tile_tb(T3, pvc, svc.z, s0, L, c0, d);
-        load_tile_tb(T4, po, so.z, t0, L, c0, d);
+        stage_tile(T0, pqc, sqc.z, t0, L, c0, DT, d, MT_AT);
+        stage_tile(T1, pkc, skc.z, s0, L, c0, DT, d, true);
+        stage_tile(T2, pdo, sdo.z, t0, L, c0, DT, d, MT_AT);
+        stage_tile(T3, pvc, svc.z, s0, L, c0, DT, d, true);
+        stage_tile(T4, po, so.z, t0, L, c0, DT, d, MT_AT);
         if (gate && k > 0)
-            load_tile_rb(T5, pvu, svu.z, t0, L, c0, d);
+            stage_tile(T5, pvu, svu.z, t0, L, c0, DT, d, false);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k > 0)
             for (int m = 0; m < FUPC; ++m) {
@@ -219,17 +221,17 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         if (lid < BLK) { /* in mt_product's order: even and odd c apart, then added */
             float e0 = 0.0f, e1 = 0.0f;
             for (int c = 0; c < DT; c += 2) {
-                e0 += T2[c * BLK + lid] * T4[c * BLK + lid];
-                e1 += T2[(c + 1) * BLK + lid] * T4[(c + 1) * BLK + lid];
+                e0 += T2[MT_AOFF(lid, DT, c)] * T4[MT_AOFF(lid, DT, c)];
+                e1 += T2[MT_AOFF(lid, DT, c + 1)] * T4[MT_AOFF(lid, DT, c + 1)];
             }
             delta += e0 + e1;
         }
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-            mt_product(s1[m], T0 + row0, BLK, T1 + col0, BLK, DT);
+            mt_product(s1[m], MT_A(T0, row0, DT, 0), T1 + col0, BLK, DT);
             if (k > 0)
-                mt_product(s2[m], T0 + row0, BLK, T6 + col0, BLK, DT);
-            mt_product(ap[m], T2 + row0, BLK, T3 + col0, BLK, DT);
+                mt_product(s2[m], MT_A(T0, row0, DT, 0), T6 + col0, BLK, DT);
+            mt_product(ap[m], MT_A(T2, row0, DT, 0), T3 + col0, BLK, DT);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
@@ -308,18 +310,18 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     /* Phase D1: the d-wide products.  Row-major tiles: T0 QC[T_i], T1 KC[T_j], T2 dO[T_i], T3 VU[T_i],
        T5 dD_j (gradient of D_j^(k+1); 0 at the first touch), T6 D_j^(k) (W, written in phase B). */
     for (int c0 = 0; c0 < d; c0 += DT) {
-        load_tile_rb(T0, pqc, sqc.z, t0, L, c0, d);
-        load_tile_rb(T1, pkc, skc.z, s0, L, c0, d);
-        load_tile_rb(T2, pdo, sdo.z, t0, L, c0, d);
+        stage_tile(T0, pqc, sqc.z, t0, L, c0, DT, d, false);
+        stage_tile(T1, pkc, skc.z, s0, L, c0, DT, d, false);
+        stage_tile(T2, pdo, sdo.z, t0, L, c0, DT, d, false);
         if (gate)
-            load_tile_rb(T3, pvu, svu.z, t0, L, c0, d);
+            stage_tile(T3, pvu, svu.z, t0, L, c0, DT, d, false);
         if (k > 0)
-            load_tile_rb(T6, Whi, (ulong)d, s0, L, c0, d);
+            stage_tile(T6, Whi, (ulong)d, s0, L, c0, DT, d, false);
         if (first_col) {
             for (int e = lid; e < BLK * DT; e += NT)
                 T5[e] = 0.0f;
         } else {
-            load_tile_rb(T5, dD, (ulong)d, s0, L, c0, d);
+            stage_tile(T5, dD, (ulong)d, s0, L, c0, DT, d, false);
         }
         /* global fence too: below, other work-items overwrite the dD_j entries just read */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
@@ -399,8 +401,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
        entries of its row (s < j', and j' <= s + W for CASTLE-SWL). */
     for (int c0 = 0; c0 < d && (gate || first_row || first_col); c0 += DT) {
         if (gate) {
-            load_tile_rb(T0, pqu, squ.z, s0, L, c0, d);
-            load_tile_rb(T1, pku, sku.z, t0, L, c0, d);
+            stage_tile(T0, pqu, squ.z, s0, L, c0, DT, d, false);
+            stage_tile(T1, pku, sku.z, t0, L, c0, DT, d, false);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int m = 0; m < FUPC; ++m) {

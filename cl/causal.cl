@@ -195,16 +195,7 @@ inline vfloat cc_finite_or_zero(vfloat x) { return select(x, (vfloat)(0.0f), isi
 #define CF_PC (CF_FUC / NT)                  /* accumulator micro-tiles per work-item and slab */
 #define CF_NCH ((CC_DMAX + DT - 1) / DT)     /* slabs of the widest head */
 #define CF_RG (BLK / TM)                     /* rows of micro-tiles in the score block */
-/* K is the A operand of S^T = K Q^T: k-major (t[c * BLK + key]) in general, but with one row per
-   micro-tile (TM = 1: the CPU mapping) a tile reads one key's row, and K is staged as it lies in
-   memory (t[key * w + c], w columns: a vector copy per VW floats instead of a transposition). */
-#if TM == 1
-#define CF_KT 0                                 /* K staged row-major */
-#define CF_KA(t, row0, w, c) (t) + (row0) * (w) + (c), 1 /* a tile's A operand from column c, stride */
-#else
-#define CF_KT 1                                 /* K staged k-major */
-#define CF_KA(t, row0, w, c) (t) + (c) * BLK + (row0), BLK
-#endif
+/* K is the A operand of S^T = K Q^T, staged as MT_AT says (common.cl). */
 #if CC_TROWS < DT
 #error "causal.cl: the Q^T tile must hold a d chunk (DT <= CASTLE_MAX_HEAD_DIM)"
 #endif
@@ -224,31 +215,6 @@ __attribute__((always_inline)) inline void cc_product_until(vfloat *acc, __local
             float x[TM];
             mt_frag_a(x, a + kk * as);
             mt_step_from(acc, x, b + kk * bs, q);
-        }
-    }
-}
-
-/* Rows [row0, row0 + BLK) x columns [c0, c0 + w) of a row-major matrix (row stride rs) into local
-   memory, k-major (t[c * BLK + r], trans) or row-major (t[r * w + c]); rows >= nrows and columns >= d
-   read as 0; w is a multiple of VW.  A work-item moves VW columns of a row with one vector load: on a
-   CPU device the staging costs a few instructions per vector instead of per float (load_tile_tb and
-   load_tile_rb in common.cl copy float by float, which made the staging cost more than the products
-   on PoCL). */
-inline void cc_stage(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int w,
-                     int d, const bool trans)
-{
-    const int nv = w / VW; /* vectors per row */
-    for (int e = get_local_id(0); e < BLK * nv; e += NT) {
-        const int r = e / nv, c = (e - r * nv) * VW;
-        const vfloat x = row0 + r < nrows ? gload_part(p + (ulong)(row0 + r) * rs + c0 + c, d - c0 - c)
-                                          : (vfloat)(0.0f);
-        if (trans) {
-            float xe[VW];
-            VLANES(x, xe);
-            for (int q = 0; q < VW; ++q)
-                t[(c + q) * BLK + r] = xe[q];
-        } else {
-            VSTORE(x, t + r * w + c);
         }
     }
 }
@@ -297,7 +263,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
     __local float *sT = Qt + qw * BLK;  /* the staging area: kvw columns of K or V */
     const int kvw = (CC_TROWS + DT - qw) / DT * DT, kw = qall ? kvw : DT; /* K: as wide as the Q^T chunk */
     if (qall)
-        cc_stage(Qt, pq, sq.z, 0, qrows, 0, dpad, d, true);
+        stage_tile(Qt, pq, sq.z, 0, qrows, 0, dpad, d, true);
     if (lid < BLK)
         sM[lid] = -INFINITY;
     vfloat acc[CF_NCH * CF_PC * MT_ACC]; /* slab ci, micro-tile m: acc[(ci CF_PC + m) MT_ACC ..] */
@@ -316,14 +282,14 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
         for (int c0 = 0; c0 < d; c0 += kw) {
             const int w = min(kw, dpad - c0);
             if (!qall)
-                cc_stage(Qt, pq, sq.z, 0, qrows, c0, DT, d, true);
-            cc_stage(sT, pk, sk.z, s0, nkeys, c0, w, d, CF_KT);
+                stage_tile(Qt, pq, sq.z, 0, qrows, c0, DT, d, true);
+            stage_tile(sT, pk, sk.z, s0, nkeys, c0, w, d, MT_AT);
             barrier(CLK_LOCAL_MEM_FENCE);
             __local const float *qc = qall ? Qt + c0 * BLK : Qt;
             for (int m = 0; m < CF_PT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
                 for (int c = 0; c < w; c += DT) /* DT terms per call: a constant trip count */
-                    mt_product(s + m * MT_ACC, CF_KA(sT, row0, w, c), qc + c * BLK + col0, BLK, DT);
+                    mt_product(s + m * MT_ACC, MT_A(sT, row0, w, c), qc + c * BLK + col0, BLK, DT);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
@@ -377,7 +343,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
         const bool all_seen = s0 + nk - 1 <= pos0; /* uniform: the block's first row sees every key */
         for (int cv = 0; cv < d; cv += kvw) {
             const int w = min(kvw, dpad - cv);
-            cc_stage(sT, pv, sv.z, s0, nkeys, cv, w, d, false);
+            stage_tile(sT, pv, sv.z, s0, nkeys, cv, w, d, false);
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int ci = cv / DT; ci < CF_NCH; ++ci) { /* the slabs of this staging step */
                 const int c0 = ci * DT - cv;

@@ -248,6 +248,22 @@ __attribute__((always_inline)) inline void mt_product_lower(vfloat *acc, __local
         acc[e] += y0[e] + y1[e];
 }
 
+/* The A operand of a product from a BLK x w tile staged by stage_tile(.., MT_AT), from its column c:
+   k-major (t[c * BLK + r]) in general, so that a step loads the TM rows' values as one vector; but with
+   one row per micro-tile (TM = 1: the CPU mapping) a step reads one value, and the tile is staged as it
+   lies in memory (t[r * w + c]: a vector copy per VW floats instead of a transposition, which on PoCL
+   cost as much as the products).  MT_AOFF is the offset of entry (r, c), MT_A the (pointer, stride)
+   pair of mt_product's a and as. */
+#if TM == 1
+#define MT_AT false
+#define MT_AOFF(r, w, c) ((r) * (w) + (c))
+#define MT_A(t, row0, w, c) (t) + MT_AOFF(row0, w, c), 1
+#else
+#define MT_AT true
+#define MT_AOFF(r, w, c) ((c) * BLK + (r))
+#define MT_A(t, row0, w, c) (t) + MT_AOFF(row0, w, c), BLK
+#endif
+
 /* Lane-wise comparisons: all bits set (vectors) or 1 (scalars) where true; combine with & and |. */
 #define VISLESS(a, b) isless((a), (b))
 #define VISLESSEQ(a, b) islessequal((a), (b))
@@ -384,6 +400,31 @@ CASTLE_PART_FNS(8, float8, CASTLE_LOAD_8, CASTLE_STORE_8)
 CASTLE_PART_FNS(16, float16, CASTLE_LOAD_16, CASTLE_STORE_16)
 #define gload_part CASTLE_CAT(gload_n, VW)
 #define gstore_part CASTLE_CAT(gstore_n, VW)
+
+/* Rows [row0, row0 + BLK) x columns [c0, c0 + w) of a row-major matrix (row stride rs) into local
+   memory, k-major (t[c * BLK + r], trans) or row-major (t[r * w + c]); rows >= nrows and columns >= d
+   read as 0; w is a multiple of VW.  A work-item moves VW columns of a row with one vector load: on a
+   CPU device the staging costs a few instructions per vector instead of per float (load_tile_tb and
+   load_tile_rb below copy float by float, which made the staging cost more than the products on
+   PoCL). */
+inline void stage_tile(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int w,
+                       int d, const bool trans)
+{
+    const int nv = w / VW; /* vectors per row */
+    for (int e = get_local_id(0); e < BLK * nv; e += NT) {
+        const int r = e / nv, c = (e - r * nv) * VW;
+        const vfloat x = row0 + r < nrows ? gload_part(p + (ulong)(row0 + r) * rs + c0 + c, d - c0 - c)
+                                          : (vfloat)(0.0f);
+        if (trans) {
+            float xe[VW];
+            VLANES(x, xe);
+            for (int q = 0; q < VW; ++q)
+                t[(c + q) * BLK + r] = xe[q];
+        } else {
+            VSTORE(x, t + r * w + c);
+        }
+    }
+}
 
 /* sum_{k < n} a[k] b[k], n a multiple of VW, both operands contiguous in local memory. */
 inline float ldot(__local const float *a, __local const float *b, int n)
