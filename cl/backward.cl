@@ -32,6 +32,9 @@
    CASTLE-SWL window are skipped where they weight rows of another input (dZ QU, dZ KU, G^T dD_j:
    mt_product_band); they are exact zeros of G in the products the forward also takes over the
    whole block (X G^T, the D update) and in dSU G. */
+/* No barrier of this kernel is inside a branch: PoCL replicates the code after a barrier that a
+   branch may skip (barrier tail replication), which made the kernel's compile several times longer;
+   the work a block pair does not need is skipped between the barriers instead. */
 #define FU ((BLK / TM) * (BLK / MT_COLS)) /* micro-tiles of a BLK x BLK product */
 #define FUC ((BLK / TM) * (DT / MT_COLS)) /* micro-tiles of a BLK x DT slab */
 #if (FU % NT) != 0 || (FUC % NT) != 0
@@ -134,23 +137,26 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
        then G, Gt, Y and Yt (Y: the forward's masked X block, row-major (t, j') in the workspace).
        Tiles: the A operands T0 QU[T_j] and T2 dD_j as MT_AT says, the B operands T1 KU[T_i] and
        T3 VU[T_i] k-major. */
-    if (gate) {
-        for (int c0 = 0; c0 < d; c0 += DT) {
+    for (int c0 = 0; c0 < d; c0 += DT) {
+        if (gate) {
             stage_tile(T0, pqu, squ.z, s0, L, c0, DT, d, MT_AT);
             stage_tile(T1, pku, sku.z, t0, L, c0, DT, d, true);
             if (!first_col) {
                 stage_tile(T2, dD, (ulong)d, s0, L, c0, DT, d, MT_AT);
                 stage_tile(T3, pvu, svu.z, t0, L, c0, DT, d, true);
             }
-            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (gate)
             for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
                 mt_product(g[m], MT_A(T0, row0, DT, 0), T1 + col0, BLK, DT);
                 if (!first_col)
                     mt_product(gv[m], MT_A(T2, row0, DT, 0), T3 + col0, BLK, DT);
             }
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (gate)
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int e = 0; e < MT_ACC; ++e) {
@@ -174,7 +180,6 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 store_column(sYt, cv, rr, y);
             }
         }
-    }
     barrier(CLK_LOCAL_MEM_FENCE);
 
     /* Phase B: roll D_j back to D_j^(k) (into W and the k-major tile T6: exactly the D_j the forward
@@ -280,8 +285,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
 
     /* Phase C: dY = (dSU G) masked j' <= t (into Y's place and dYt), and the dSU^T Y part of dG
        (rows s, columns j'; Y[t][j'] is masked for t < j', dSU[t][s] for t < s at k = 0). */
-    if (gate) {
-        vfloat dy[FUPT][MT_ACC];
+    vfloat dy[FUPT][MT_ACC];
+    if (gate)
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             mt_zero(dy[m]);
@@ -295,7 +300,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             }
             mt_product_from(g[m], sdSU + row0, BLK, sY + col0, BLK, row0, diag ? 0 : -1, col0, true, lane);
         }
-        barrier(CLK_LOCAL_MEM_FENCE); /* every read of Y is done */
+    barrier(CLK_LOCAL_MEM_FENCE); /* every read of Y is done */
+    if (gate)
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int e = 0; e < MT_ACC; ++e) {
@@ -304,7 +310,6 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 store_column(sdYt, cv, rr, dy[m][e]);
             }
         }
-    }
     barrier(CLK_LOCAL_MEM_FENCE);
 
     /* Phase D1: the d-wide products.  Row-major tiles: T0 QC[T_i], T1 KC[T_j], T2 dO[T_i], T3 VU[T_i],
@@ -399,13 +404,14 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
 
     /* Phase D2: dKU[T_i] += sc dZ^T QU[T_j], dQU[T_j] += sc dZ KU[T_i], each over the allowed gate
        entries of its row (s < j', and j' <= s + W for CASTLE-SWL). */
-    for (int c0 = 0; c0 < d && (gate || first_row || first_col); c0 += DT) {
+    const bool d2 = gate || first_row || first_col; /* anything to add or to initialise */
+    for (int c0 = 0; c0 < d; c0 += DT) {
         if (gate) {
             stage_tile(T0, pqu, squ.z, s0, L, c0, DT, d, false);
             stage_tile(T1, pku, sku.z, t0, L, c0, DT, d, false);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int m = 0; m < FUPC; ++m) {
+        for (int m = 0; m < FUPC && d2; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
             vfloat vk[MT_ACC], vq[MT_ACC];
             mt_zero(vk);
