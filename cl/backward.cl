@@ -161,16 +161,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
-                const int s = s0 + rr;
-                const vfloat jp = (float)(t0 + cv) + lane; /* j' of each lane */
-                const vfloat sf = (float)s;
-                /* allowed: s < L, j' < L, s < j', and j' <= s + W for CASTLE-SWL (as the forward) */
-                vfloat gg = castle_sigmoid_v(sc * g[m][e]);
-                gg = select((vfloat)(0.0f), gg,
-                            VISLESS(jp, (vfloat)(float)L) & VISLESS(sf, jp) &
-                                (W == 0 ? VTRUE : VISLESSEQ(jp, sf + (float)W)));
-                if (s >= L)
-                    gg = (vfloat)(0.0f);
+                const vfloat gg = castle_gate_v(g[m][e], sc, s0 + rr, (float)(t0 + cv) + lane, L, W);
                 g[m][e] = gv[m][e]; /* dG so far */
                 gv[m][e] = gg;
                 VSTORE(gg, sG + rr * BLK + cv);

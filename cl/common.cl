@@ -279,6 +279,19 @@ inline vfloat castle_sigmoid_v(vfloat x)
 }
 inline vfloat castle_silu_v(vfloat x) { return x * castle_sigmoid_v(x); }
 
+/* The gate G[s, j'] = sigmoid(sc logit) of row s for the VW columns j' in jp (docs/algorithm.md
+   section 2): where it is allowed (s < L, j' < L, s < j', and j' <= s + W for CASTLE-SWL), 0
+   elsewhere.  The forward and the backward compute it alike, so both see bitwise the same G. */
+__attribute__((always_inline)) inline vfloat castle_gate_v(const vfloat logit, const float sc, const int s,
+                                                          const vfloat jp, const int L, const int W)
+{
+    const vfloat sf = (float)s;
+    const vfloat g = select((vfloat)(0.0f), castle_sigmoid_v(sc * logit),
+                            VISLESS(jp, (vfloat)(float)L) & VISLESS(sf, jp) &
+                                (W == 0 ? VTRUE : VISLESSEQ(jp, sf + (float)W)));
+    return s < L ? g : (vfloat)(0.0f);
+}
+
 /* acc += the terms kk in [0, BLK) of A[:, kk] B[kk, :] that row row0 + i and column col0 + c take:
    kk >= row0 + i + ro when ro >= 0 (no row bound when ro < 0) and kk >= col0 + c when cols.  The
    terms of the mixed region are added by select, so a masked term never reaches a sum. */

@@ -120,16 +120,8 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
-                const int s = s0 + rr;
                 const vfloat jp = (float)(t0 + cv) + lane; /* j' of each lane */
-                const vfloat sf = (float)s;
-                /* allowed: s < L, j' < L, s < j', and j' <= s + W for CASTLE-SWL */
-                vfloat g = castle_sigmoid_v(sc * gl[m][e]);
-                g = select((vfloat)(0.0f), g,
-                           VISLESS(jp, (vfloat)(float)L) & VISLESS(sf, jp) &
-                               (W == 0 ? VTRUE : VISLESSEQ(jp, sf + (float)W)));
-                if (s >= L)
-                    g = (vfloat)(0.0f);
+                const vfloat g = castle_gate_v(gl[m][e], sc, s0 + rr, jp, L, W);
                 store_column(sGt, cv, rr, g);
                 if (k == 0) { /* rows t = rr, columns j': masked j' <= t, j' < L */
                     const vfloat x = select((vfloat)(0.0f), sc * sx[m][e],
