@@ -32,9 +32,11 @@
    CASTLE-SWL window are skipped where they weight rows of another input (dZ QU, dZ KU, G^T dD_j:
    mt_product_band); they are exact zeros of G in the products the forward also takes over the
    whole block (X G^T, the D update) and in dSU G. */
-/* No barrier of this kernel is inside a branch: PoCL replicates the code after a barrier that a
-   branch may skip (barrier tail replication), which made the kernel's compile several times longer;
-   the work a block pair does not need is skipped between the barriers instead. */
+/* No barrier of this kernel is inside a branch, and each loop over d (d >= 1) leaves right after the
+   last barrier of its last step, not through a test before its first barrier: PoCL replicates the
+   code after a barrier that a branch may skip (barrier tail replication), which made the kernel's
+   compile several times longer; the work a block pair does not need is skipped between the barriers
+   instead. */
 #define FU ((BLK / TM) * (BLK / MT_COLS)) /* micro-tiles of a BLK x BLK product */
 #define FUC ((BLK / TM) * (DT / MT_COLS)) /* micro-tiles of a BLK x DT slab */
 #if (FU % NT) != 0 || (FUC % NT) != 0
@@ -137,7 +139,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
        then G, Gt, Y and Yt (Y: the forward's masked X block, row-major (t, j') in the workspace).
        Tiles: the A operands T0 QU[T_j] and T2 dD_j as MT_AT says, the B operands T1 KU[T_i] and
        T3 VU[T_i] k-major. */
-    for (int c0 = 0; c0 < d; c0 += DT) {
+    for (int c0 = 0;; c0 += DT) { /* d >= 1 */
         if (gate) {
             stage_tile(T0, pqu, squ.z, s0, L, c0, DT, d, MT_AT);
             stage_tile(T1, pku, sku.z, t0, L, c0, DT, d, true);
@@ -155,6 +157,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                     mt_product(gv[m], MT_A(T2, row0, DT, 0), T3 + col0, BLK, DT);
             }
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (c0 + DT >= d)
+            break;
     }
     if (gate)
         for (int m = 0; m < FUPT; ++m) {
@@ -178,7 +182,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
        dO VC^T are one FMA chain each in the same order, so that dA = P (dP - Delta) is exactly 0
        where the two agree exactly (a row with a single key: O = VC). */
     float delta = 0.0f;
-    for (int c0 = 0; c0 < d; c0 += DT) {
+    for (int c0 = 0;; c0 += DT) { /* d >= 1 */
         stage_tile(T0, pqc, sqc.z, t0, L, c0, DT, d, MT_AT);
         stage_tile(T1, pkc, skc.z, s0, L, c0, DT, d, true);
         stage_tile(T2, pdo, sdo.z, t0, L, c0, DT, d, MT_AT);
@@ -230,6 +234,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             mt_product(ap[m], MT_A(T2, row0, DT, 0), T3 + col0, BLK, DT);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (c0 + DT >= d)
+            break;
     }
     if (lid < BLK) {
         sDelta[lid] = delta;
@@ -305,7 +311,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
 
     /* Phase D1: the d-wide products.  Row-major tiles: T0 QC[T_i], T1 KC[T_j], T2 dO[T_i], T3 VU[T_i],
        T5 dD_j (gradient of D_j^(k+1); 0 at the first touch), T6 D_j^(k) (W, written in phase B). */
-    for (int c0 = 0; c0 < d; c0 += DT) {
+    for (int c0 = 0;; c0 += DT) { /* d >= 1 */
         stage_tile(T0, pqc, sqc.z, t0, L, c0, DT, d, false);
         stage_tile(T1, pkc, skc.z, s0, L, c0, DT, d, false);
         stage_tile(T2, pdo, sdo.z, t0, L, c0, DT, d, false);
@@ -377,6 +383,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (c0 + DT >= d)
+            break;
     }
 
     /* dZ = dG G (1 - G) on the allowed gate entries (0 elsewhere), into dA's and dAt's places. */
@@ -396,7 +404,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     /* Phase D2: dKU[T_i] += sc dZ^T QU[T_j], dQU[T_j] += sc dZ KU[T_i], each over the allowed gate
        entries of its row (s < j', and j' <= s + W for CASTLE-SWL). */
     const bool d2 = gate || first_row || first_col; /* anything to add or to initialise */
-    for (int c0 = 0; c0 < d; c0 += DT) {
+    for (int c0 = 0;; c0 += DT) { /* d >= 1 */
         if (gate) {
             stage_tile(T0, pqu, squ.z, s0, L, c0, DT, d, false);
             stage_tile(T1, pku, sku.z, t0, L, c0, DT, d, false);
@@ -431,6 +439,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (c0 + DT >= d)
+            break;
     }
 }
 
