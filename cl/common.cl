@@ -359,33 +359,60 @@ __attribute__((always_inline)) inline void mt_product_band(vfloat *acc, __local 
     }
 }
 
+/* Lane q of v to p[q s] for q < VW (VLANES_TO), lane by lane without a private array: PoCL gives
+   every private array of a kernel its own copy per work-item in memory, and the copies of the
+   arrays of many inlined calls made the backward's compile last minutes under vector = 4 or 16. */
+#define LANES_TO_1(p, s, v) ((p)[0] = (v))
+#define LANES_TO_2(p, s, v) ((p)[0] = (v).s0, (p)[s] = (v).s1)
+#define LANES_TO_4(p, s, v) (LANES_TO_2((p), (s), (v).lo), LANES_TO_2((p) + 2 * (s), (s), (v).hi))
+#define LANES_TO_8(p, s, v) (LANES_TO_4((p), (s), (v).lo), LANES_TO_4((p) + 4 * (s), (s), (v).hi))
+#define LANES_TO_16(p, s, v) (LANES_TO_8((p), (s), (v).lo), LANES_TO_8((p) + 8 * (s), (s), (v).hi))
+#define VLANES_TO__(n, p, s, v) LANES_TO_##n(p, s, v)
+#define VLANES_TO_(n, p, s, v) VLANES_TO__(n, p, s, v)
+#define VLANES_TO(p, s, v) VLANES_TO_(VW, p, s, v)
+
 /* Stores the VW lanes of v as rows c, c + 1, .. of column r of a k-major BLK x BLK matrix. */
 __attribute__((always_inline)) inline void store_column(__local float *m, const int c, const int r, const vfloat v)
 {
-    float e[VW];
-    VLANES(v, e);
-    for (int q = 0; q < VW; ++q)
-        m[(c + q) * BLK + r] = e[q];
+    VLANES_TO(m + c * BLK + r, BLK, v);
 }
 
 /* The first n (<= w) floats at p as a w-wide vector, zeros beyond (gload_n<w>), and the first n
    lanes of v to p (gstore_n<w>), for every width w = 1, 2, 4, 8, 16; gload_part and gstore_part
-   are the VW-wide ones.  A partial row never reads or writes past its n floats. */
+   are the VW-wide ones.  A partial row never reads or writes past its n floats; it is moved lane by
+   lane without a private array (VLANES_TO says why). */
 #define CASTLE_CAT_(a, b) a##b
 #define CASTLE_CAT(a, b) CASTLE_CAT_(a, b)
 #define CASTLE_LOAD_1(p) (*(p))
 #define CASTLE_STORE_1(v, p) (*(p) = (v))
 #define CASTLE_LOAD_W(w, p) CASTLE_CAT(vload, w)(0, (p))
 #define CASTLE_STORE_W(w, v, p) CASTLE_CAT(vstore, w)((v), 0, (p))
+#define PART_LOAD_1(p, n) ((n) > 0 ? (p)[0] : 0.0f)
+#define PART_LOAD_2(p, n) ((float2)(PART_LOAD_1((p), (n)), PART_LOAD_1((p) + 1, (n) - 1)))
+#define PART_LOAD_4(p, n) ((float4)(PART_LOAD_2((p), (n)), PART_LOAD_2((p) + 2, (n) - 2)))
+#define PART_LOAD_8(p, n) ((float8)(PART_LOAD_4((p), (n)), PART_LOAD_4((p) + 4, (n) - 4)))
+#define PART_LOAD_16(p, n) ((float16)(PART_LOAD_8((p), (n)), PART_LOAD_8((p) + 8, (n) - 8)))
+#define PART_STORE_1(v, p, n) \
+    if ((n) > 0)              \
+    (p)[0] = (v)
+#define PART_STORE_2(v, p, n)            \
+    PART_STORE_1((v).s0, (p), (n));      \
+    PART_STORE_1((v).s1, (p) + 1, (n) - 1)
+#define PART_STORE_4(v, p, n)            \
+    PART_STORE_2((v).lo, (p), (n));      \
+    PART_STORE_2((v).hi, (p) + 2, (n) - 2)
+#define PART_STORE_8(v, p, n)            \
+    PART_STORE_4((v).lo, (p), (n));      \
+    PART_STORE_4((v).hi, (p) + 4, (n) - 4)
+#define PART_STORE_16(v, p, n)           \
+    PART_STORE_8((v).lo, (p), (n));      \
+    PART_STORE_8((v).hi, (p) + 8, (n) - 8)
 #define CASTLE_PART_FNS(w, T, LOAD, STORE)                                                                          \
     inline T gload_n##w(__global const float *p, int n)                                                         \
     {                                                                                                              \
         if (n >= w)                                                                                                \
             return LOAD(p);                                                                                        \
-        float t[w];                                                                                                \
-        for (int e = 0; e < w; ++e)                                                                                \
-            t[e] = e < n ? p[e] : 0.0f;                                                                            \
-        return LOAD(t);                                                                                            \
+        return PART_LOAD_##w(p, n);                                                                                \
     }                                                                                                              \
     inline void gstore_n##w(T v, __global float *p, int n)                                                      \
     {                                                                                                              \
@@ -393,10 +420,7 @@ __attribute__((always_inline)) inline void store_column(__local float *m, const 
             STORE(v, p);                                                                                           \
             return;                                                                                                \
         }                                                                                                          \
-        float t[w];                                                                                                \
-        STORE(v, t);                                                                                               \
-        for (int e = 0; e < n; ++e)                                                                                \
-            p[e] = t[e];                                                                                           \
+        PART_STORE_##w(v, p, n);                                                                                   \
     }
 #define CASTLE_LOAD_2(p) CASTLE_LOAD_W(2, p)
 #define CASTLE_LOAD_4(p) CASTLE_LOAD_W(4, p)
@@ -429,10 +453,7 @@ inline void stage_tile(__local float *t, __global const float *p, ulong rs, int 
         const vfloat x = row0 + r < nrows ? gload_part(p + (ulong)(row0 + r) * rs + c0 + c, d - c0 - c)
                                           : (vfloat)(0.0f);
         if (trans) {
-            float xe[VW];
-            VLANES(x, xe);
-            for (int q = 0; q < VW; ++q)
-                t[(c + q) * BLK + r] = xe[q];
+            VLANES_TO(t + c * BLK + r, BLK, x);
         } else {
             VSTORE(x, t + r * w + c);
         }
