@@ -21,18 +21,19 @@
    split into micro-tiles of TM rows x TN vectors of VW columns, BLK x BLK products and BLK x DT slabs
    of d-wide outputs alike; work-item lid owns micro-tiles lid + m NT.  Operand A of every product is
    staged k-major (contraction index first), so each matrix is kept in the orientation(s) its
-   products read; the d tiles that are A operands are staged as MT_AT says (row-major under the CPU
-   mapping, TM = 1), the d tiles of every other operand with stage_tile's vector loads as well.  The scores and the D update are recomputed with the forward's mt_* calls on the
-   same operands (mt_product's even/odd order), so P = exp(A - lse) uses exactly the A the forward
-   normalised (P <= 1) and D_j is rolled back by exactly what the forward added.
+   products read; of the d tiles (stage_tile: vector loads), those that are A operands are staged as
+   MT_AT says (row-major under the CPU mapping, TM = 1).  The scores and the D update are recomputed
+   with the forward's mt_* calls on the same operands (mt_product's even/odd order), so
+   P = exp(A - lse) uses exactly the A the forward normalised (P <= 1) and D_j is rolled back by
+   exactly what the forward added.
    Causally masked entries never enter a product: a contraction stops where its mask does (per row
    of a micro-tile, and per column for dSU^T Y; mt_product_lower, _below, _from), masked results are
    selected, never multiplied by a zero mask, and rows beyond L are zeros in the tiles; so a NaN or
    Inf in a row reaches only the gradient rows that depend on it.  Gate entries outside the
    CASTLE-SWL window are skipped where they weight rows of another input (dZ QU, dZ KU, G^T dD_j:
    mt_product_band); they are exact zeros of G in the products the forward also takes over the
-   whole block (X G^T, the D update) and in dSU G. */
-/* No barrier of this kernel is inside a branch, and each loop over d (d >= 1) leaves right after the
+   whole block (X G^T, the D update) and in dSU G.
+   No barrier of this kernel is inside a branch, and each loop over d (d >= 1) leaves right after the
    last barrier of its last step, not through a test before its first barrier: PoCL replicates the
    code after a barrier that a branch may skip (barrier tail replication), which made the kernel's
    compile several times longer; the work a block pair does not need is skipped between the barriers
