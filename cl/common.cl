@@ -517,6 +517,50 @@ inline void pair_add(float *hi, float *lo, float x)
     *lo = l - (*hi - s);
 }
 
+/* The tile loaders' common body: rows [row0, row0 + BLK) x columns [c0, c0 + DT) of a row-major
+   matrix (row stride rs, base p) into local memory, entry (r, c) at t[r * rstride + c * cstride].
+   Rows >= nrows and columns >= d read as 0, so a ragged block never reads past its tensor.  A step
+   copies VW columns of a row with one global vector load (gload_part), consecutive work-items taking
+   consecutive vectors of a row (coalesced); a row-major destination (cstride 1) takes them with one
+   vector store.  With VW = 1 this is one float per step.  On a CPU the vector steps matter: a PoCL
+   forward spent 40% of its time in a float-by-float version of this loop. */
+#define TILE_VPR (DT / VW) /* vectors in a row of a BLK x DT tile (the tuning makes VW divide DT) */
+__attribute__((always_inline)) inline void copy_tile(__local float *t, const int rstride, const int cstride,
+                                                     __global const float *p, ulong rs, int row0, int nrows,
+                                                     int c0, int d)
+{
+    for (int e = get_local_id(0); e < BLK * TILE_VPR; e += NT) {
+        const int r = e / TILE_VPR, c = (e % TILE_VPR) * VW;
+        const int gr = row0 + r, gc = c0 + c;
+        const vfloat v = (gr < nrows && gc < d) ? gload_part(p + (ulong)gr * rs + gc, d - gc) : (vfloat)(0.0f);
+        if (cstride == 1) {
+            VSTORE(v, t + r * rstride + c);
+        } else {
+            float l[VW];
+            VLANES(v, l);
+            for (int q = 0; q < VW; ++q)
+                t[r * rstride + (c + q) * cstride] = l[q];
+        }
+    }
+}
+
+/* A BLK x DT A operand of mt_product (the side whose TM rows a micro-tile takes): stage_a stages it,
+   A_AT(t, row0) is its row row0, A_KS the step between contraction indices.  With TM > 1 it is
+   staged k-major (t[c * KS + r], see load_tile_ts), so that one contraction step reads the TM rows'
+   values from consecutive floats.  With TM = 1 (the CPU mapping) a micro-tile reads a single row,
+   along its contraction index, so the operand is staged row-major (t[r * DT + c]) with vector
+   stores: no transposing float-by-float stores, the costliest part of staging on a CPU.  The
+   products read the same values in the same order either way. */
+#if TM == 1
+#define stage_a(t, p, rs, row0, nrows, c0, d) copy_tile((t), DT, 1, (p), (rs), (row0), (nrows), (c0), (d))
+#define A_AT(t, row0) ((t) + (row0) * DT)
+#define A_KS 1
+#else
+#define stage_a(t, p, rs, row0, nrows, c0, d) copy_tile((t), 1, KS, (p), (rs), (row0), (nrows), (c0), (d))
+#define A_AT(t, row0) ((t) + (row0))
+#define A_KS KS
+#endif
+
 /* Transposed with row stride ts (a multiple of 4, at least BLK), so that VW consecutive rows of one
    column load as a vector: t[c * ts + r].  Consecutive work-items read consecutive columns of a row
    (coalesced) and so store ts floats apart: with ts = BLK (a multiple of 32) every such store of a
@@ -525,52 +569,26 @@ inline void pair_add(float *hi, float *lo, float x)
 inline void load_tile_ts(__local float *t, const int ts, __global const float *p, ulong rs, int row0, int nrows,
                          int c0, int d)
 {
-    for (int e = get_local_id(0); e < BLK * DT; e += NT) {
-        const int r = e / DT, c = e % DT;
-        const int gr = row0 + r, gc = c0 + c;
-        t[c * ts + r] = (gr < nrows && gc < d) ? p[(ulong)gr * rs + gc] : 0.0f;
-    }
+    copy_tile(t, 1, ts, p, rs, row0, nrows, c0, d);
 }
 
 /* load_tile_ts with row stride BLK and no padding: t[c * BLK + r]. */
 inline void load_tile_tb(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int d)
 {
-    load_tile_ts(t, BLK, p, rs, row0, nrows, c0, d);
+    copy_tile(t, 1, BLK, p, rs, row0, nrows, c0, d);
 }
 
 /* Row-major with row stride DT and no padding: t[r * DT + c]. */
 inline void load_tile_rb(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int d)
 {
-    for (int e = get_local_id(0); e < BLK * DT; e += NT) {
-        const int r = e / DT, c = e % DT;
-        const int gr = row0 + r, gc = c0 + c;
-        t[r * DT + c] = (gr < nrows && gc < d) ? p[(ulong)gr * rs + gc] : 0.0f;
-    }
+    copy_tile(t, DT, 1, p, rs, row0, nrows, c0, d);
 }
 
-/* As load_tile, but stores the tile transposed: t[c * BP + r] (DT x BP).  A work-group reads a
-   transposed tile with consecutive work-items on consecutive addresses, which lets CPU compilers
-   vectorise across work-items and avoids local-memory bank conflicts on GPUs. */
-inline void load_tile_t(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int d)
-{
-    for (int e = get_local_id(0); e < BLK * DT; e += NT) {
-        const int r = e / DT, c = e % DT;
-        const int gr = row0 + r, gc = c0 + c;
-        t[c * BP + r] = (gr < nrows && gc < d) ? p[(ulong)gr * rs + gc] : 0.0f;
-    }
-}
-
-/* Stages rows [row0, row0+BLK) x columns [c0, c0+DT) of a row-major matrix (row stride rs,
-   base at p) into the local tile t (BLK x TS).  Rows >= nrows and columns >= d read as 0, so a
-   ragged block never reads past its tensor. */
+/* Row-major with row stride TS: t[r * TS + c] (BLK x TS). */
 inline void load_tile(__local float *t, __global const float *p, ulong rs, int row0, int nrows,
                       int c0, int d)
 {
-    for (int e = get_local_id(0); e < BLK * DT; e += NT) {
-        const int r = e / DT, c = e % DT;
-        const int gr = row0 + r, gc = c0 + c;
-        t[r * TS + c] = (gr < nrows && gc < d) ? p[(ulong)gr * rs + gc] : 0.0f;
-    }
+    copy_tile(t, TS, 1, p, rs, row0, nrows, c0, d);
 }
 
 /* Lane `lane` of `lanes`'s part of a . b over d columns, a a row in global memory, b a staged vector:

@@ -86,14 +86,14 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     __local float *tQC = lm, *tQU = lm + KS * DT, *tKC = lm + 2 * KS * DT; /* k-major: [c * KS + row] */
     __local float *tDV = lm + 3 * KS * DT, *tKU = lm + 4 * KS * DT;          /* tDV: D_j or VU[T_i] */
     for (int c0 = 0; c0 < d; c0 += DT) {
-        load_tile_ts(tQC, KS, pqc, sqc.z, t0, L, c0, d);
+        stage_a(tQC, pqc, sqc.z, t0, L, c0, d);
         load_tile_ts(tKC, KS, pkc, skc.z, s0, L, c0, d);
         if (need_d)
             load_tile_ts(tDV, KS, D, (ulong)d, s0, L, c0, d);
         else if (need_x)
             load_tile_ts(tDV, KS, pvu, svu.z, t0, L, c0, d);
         if (gate) {
-            load_tile_ts(tQU, KS, pqu, squ.z, s0, L, c0, d);
+            stage_a(tQU, pqu, squ.z, s0, L, c0, d);
             load_tile_ts(tKU, KS, pku, sku.z, t0, L, c0, d);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -101,11 +101,11 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             /* one contraction loop per product: a loop with branches inside would be run by PoCL
                with its loop over work-items inside, the accumulators in memory (2x slower) */
-            mt_product(s1[m], tQC + row0, KS, tKC + col0, KS, DT);
+            mt_product(s1[m], A_AT(tQC, row0), A_KS, tKC + col0, KS, DT);
             if (need_d || need_x)
-                mt_product(sx[m], tQC + row0, KS, tDV + col0, KS, DT);
+                mt_product(sx[m], A_AT(tQC, row0), A_KS, tDV + col0, KS, DT);
             if (gate) /* rows: s in T_j, columns: j' in T_i */
-                mt_product(gl[m], tQU + row0, KS, tKU + col0, KS, DT);
+                mt_product(gl[m], A_AT(tQU, row0), A_KS, tKU + col0, KS, DT);
         }
         /* global fence too: phase 5 overwrites D_j rows that other work-items read here */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
