@@ -76,6 +76,14 @@ static const tuning_entry table[] = {
     {"default", NULL, NULL, CL_DEVICE_TYPE_ALL, {sizeof(castle_tuning), GPU_MAPPING, .fold = 8}},
 };
 
+size_t castle__tuning_table_size(void) { return sizeof table / sizeof table[0]; }
+
+const char *castle__tuning_table_entry(size_t i, castle_tuning *out)
+{
+    castle__tuning_normalize(out, &table[i].tuning);
+    return table[i].name;
+}
+
 /* Whether the micro-tile shape divides the block and the d chunk (threads = 0 counts as 1). */
 static bool tile_fits(const castle_tuning *t)
 {

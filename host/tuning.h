@@ -25,6 +25,10 @@ unsigned castle__tuning_get(const castle_tuning *t, const castle_tuning_param *p
 
 /* Picks the built-in entry for the device and applies CASTLE_TUNING.  name receives the entry's name. */
 castle_status castle__tuning_select(const castle_device_info *info, castle_tuning *out, const char **name);
+/* The built-in table, in match order (the last entry is the default): its size, and entry i
+   (i < the size) into out, returning the entry's name. */
+size_t castle__tuning_table_size(void);
+const char *castle__tuning_table_entry(size_t i, castle_tuning *out);
 /* The per-device tuning file: $CASTLE_TUNING_FILE, else $XDG_CONFIG_HOME/castle/tuning.tsv, else
    ~/.config/castle/tuning.tsv.  False when no path can be formed. */
 bool castle__tuning_file_path(char *buf, size_t n);

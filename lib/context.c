@@ -272,6 +272,24 @@ castle_status castle_tuning_string(const castle_tuning *t, char *buf, size_t siz
     return CASTLE_SUCCESS;
 }
 
+castle_status castle_tuning_table_entry(size_t index, const char **name, castle_tuning *out, size_t *count)
+{
+    castle__clear_error();
+    const size_t n = castle__tuning_table_size();
+    if (count)
+        *count = n;
+    if (index >= n)
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "castle_tuning_table_entry: index %zu, but the table has %zu entries",
+                            index, n);
+    castle_tuning t;
+    const char *nm = castle__tuning_table_entry(index, &t);
+    if (name)
+        *name = nm;
+    if (out)
+        *out = t;
+    return CASTLE_SUCCESS;
+}
+
 castle_status castle_tuning_file(char *path, size_t size)
 {
     castle__clear_error();

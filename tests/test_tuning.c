@@ -6,6 +6,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,53 @@ static void conformance(castle_context *ctx)
                       "tuned configuration fails conformance: err_o %.3g grad %.3g", out.err_o, g);
     }
 }
+
+/* castle_tuning_table_entry lists the built-in table: distinct names, the default last, every entry
+   a valid tuning string; the entry a context picks (no file, no CASTLE_TUNING) is the one listed under
+   its name, value for value; an index past the end is refused with the count still given. */
+START_TEST(test_table)
+{
+    size_t n = 0;
+    ck_assert(castle_tuning_table_entry(0, NULL, NULL, &n) == CASTLE_SUCCESS);
+    ck_assert_msg(n >= 2, "%zu entries", n);
+    castle_context *ctx = NULL;
+    unsetenv("CASTLE_TUNING");
+    setenv("CASTLE_TUNING_FILE", "/nonexistent/castle-tuning.tsv", 1);
+    ck_assert_msg(castle_context_create_default(NULL, &ctx) == CASTLE_SUCCESS, "%s", castle_last_error());
+    unsetenv("CASTLE_TUNING_FILE");
+    castle_tuning used;
+    ck_assert(castle_context_get_tuning(ctx, &used) == CASTLE_SUCCESS);
+    const char *picked = castle_context_tuning_name(ctx);
+    bool found = false;
+    for (size_t i = 0; i < n; ++i) {
+        const char *name = NULL;
+        castle_tuning t;
+        char ts[256];
+        ck_assert(castle_tuning_table_entry(i, &name, &t, NULL) == CASTLE_SUCCESS);
+        ck_assert(name && *name);
+        ck_assert(t.struct_size == sizeof(castle_tuning) && t.block > 0 && t.threads > 0 && t.dchunk > 0);
+        ck_assert(castle_tuning_string(&t, ts, sizeof ts) == CASTLE_SUCCESS);
+        for (size_t j = 0; j < i; ++j) {
+            const char *other = NULL;
+            ck_assert(castle_tuning_table_entry(j, &other, NULL, NULL) == CASTLE_SUCCESS);
+            ck_assert_msg(strcmp(name, other), "two entries named %s", name);
+        }
+        if (i == n - 1)
+            ck_assert_str_eq(name, "default");
+        if (!strcmp(name, picked)) {
+            found = true;
+            ck_assert_msg(!memcmp(&t, &used, sizeof t), "the context's %s tuning differs from the table's %s", picked, ts);
+        }
+    }
+    if (strcmp(picked, "shrunk")) /* a device too small for its entry runs a cut-down one */
+        ck_assert_msg(found, "the context's entry %s is not in the listed table", picked);
+    castle_context_destroy(ctx);
+    size_t m = 0;
+    ck_assert(castle_tuning_table_entry(n, NULL, NULL, &m) == CASTLE_ERR_INVALID_ARGUMENT);
+    ck_assert(m == n);
+    ck_assert_msg(strstr(castle_last_error(), "entries"), "%s", castle_last_error());
+}
+END_TEST
 
 /* castle-tune --quick writes this device's entry; a new context loads it and computes correctly. */
 START_TEST(test_tune_then_load)
@@ -176,6 +224,7 @@ int main(void)
     Suite *s = suite_create("tuning");
     TCase *tc = tcase_create("file");
     tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, test_table);
     tcase_add_test(tc, test_file_ignored);
     tcase_add_test(tc, test_file_not_regular);
     tcase_add_test(tc, test_tune_then_load);

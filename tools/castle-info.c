@@ -36,7 +36,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "Usage: %s [--device P:D | --device N] [--no-self-test]\n"
-            "       %s --help | --version\n"
+            "       %s --table | --help | --version\n"
             "\n"
             "Lists every OpenCL platform and device, with what libcastle uses of each device (type,\n"
             "compute units, local/global memory, work-group and allocation limits, fp16/fp64 support,\n"
@@ -48,6 +48,9 @@ static void usage(FILE *f)
             "  --device N     only the N-th device counting across platforms (the index printed\n"
             "                 as #N; the same spec CASTLE_DEVICE and castle_context_create_default take)\n"
             "  --no-self-test list the devices only; do not run the self-test\n"
+            "  --table        print the built-in tuning table, one entry per line in match order\n"
+            "                 (NAME<tab>TUNING, the last entry the default; TUNING in CASTLE_TUNING's\n"
+            "                 syntax), and exit without opening any device\n"
             "  --version      print the libcastle version and exit\n"
             "  -h, --help     print this help and exit\n"
             "\n"
@@ -374,17 +377,37 @@ static bool report_device(cl_device_id dev, cl_uint p, cl_uint d, long flat, boo
     return pass;
 }
 
+/* --table: the built-in tuning table, NAME<tab>TUNING per entry. */
+static int print_table(void)
+{
+    size_t n = 0;
+    castle_tuning_table_entry(0, NULL, NULL, &n);
+    for (size_t i = 0; i < n; ++i) {
+        const char *name = NULL;
+        castle_tuning t;
+        char ts[256];
+        if (castle_tuning_table_entry(i, &name, &t, NULL) != CASTLE_SUCCESS ||
+            castle_tuning_string(&t, ts, sizeof ts) != CASTLE_SUCCESS) {
+            fprintf(stderr, "%s: tuning table entry %zu: %s\n", prog, i, castle_last_error());
+            return EXIT_FAIL;
+        }
+        printf("%s\t%s\n", name, ts);
+    }
+    return EXIT_PASS;
+}
+
 /* ---- main ------------------------------------------------------------------------------------ */
 
 int main(int argc, char **argv)
 {
     const char *spec = NULL;
     bool run_test = true;
-    enum { O_VERSION = 256, O_NO_SELF_TEST, O_DEVICE };
+    enum { O_VERSION = 256, O_NO_SELF_TEST, O_DEVICE, O_TABLE };
     static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
                                              {"version", no_argument, NULL, O_VERSION},
                                              {"no-self-test", no_argument, NULL, O_NO_SELF_TEST},
                                              {"device", required_argument, NULL, O_DEVICE},
+                                             {"table", no_argument, NULL, O_TABLE},
                                              {NULL, 0, NULL, 0}};
     opterr = 0;
     int c;
@@ -395,6 +418,8 @@ int main(int argc, char **argv)
         } else if (c == O_VERSION) {
             printf("castle-info (libcastle) %s\n", castle_version_string());
             return EXIT_PASS;
+        } else if (c == O_TABLE) {
+            return print_table();
         } else if (c == O_NO_SELF_TEST) {
             run_test = false;
         } else if (c == O_DEVICE) {

@@ -172,6 +172,11 @@ CASTLE_API castle_status castle_context_get_tuning(const castle_context *ctx, ca
 /* t as "block=32,threads=64,...,fold=8" (every parameter, in CASTLE_TUNING_PARAMS order): the syntax
    of CASTLE_TUNING and of the tuning file.  CASTLE_ERR_INVALID_ARGUMENT when size is too small. */
 CASTLE_API castle_status castle_tuning_string(const castle_tuning *t, char *buf, size_t size);
+/* The built-in per-device table, in match order (the last entry is the default; castle-info --table
+   lists it): entry `index`'s name ("pocl-cpu", "nvidia-gpu", ...) into *name (a static string) and
+   its values into *out, and the number of entries into *count; name, out and count may each be NULL.
+   CASTLE_ERR_INVALID_ARGUMENT when index >= the number of entries (*count is still set). */
+CASTLE_API castle_status castle_tuning_table_entry(size_t index, const char **name, castle_tuning *out, size_t *count);
 /* The path of the tuning file the library reads (and castle-tune writes), into path[0 .. size). */
 CASTLE_API castle_status castle_tuning_file(char *path, size_t size);
 /* Name of the table entry used ("default", "pocl-cpu", ...; "shrunk" when cut down to fit the device;
