@@ -25,7 +25,7 @@
 
 #define TS (DT + 1)     /* padded row stride of a BLK x DT tile in local memory */
 #define BP (BLK + 1)    /* padded row stride of a BLK x BLK matrix in local memory */
-#define KS (BLK + 4)    /* padded, vector-aligned row stride of a k-major BLK x DT tile (load_tile_ts) */
+#define KS (BLK + 4)    /* padded, vector-aligned row stride of a k-major BLK x DT tile (stage_tile_ks) */
 #define RSTEP (NT / BLK)          /* rows between the entries one work-item owns */
 #define EPT (BLK * BLK / NT)      /* entries of a BLK x BLK matrix per work-item */
 #define EPC (BLK * DT / NT)       /* entries of a BLK x DT tile per work-item */
@@ -253,16 +253,19 @@ __attribute__((always_inline)) inline void mt_product_lower(vfloat *acc, __local
    one row per micro-tile (TM = 1: the CPU mapping) a step reads one value, and the tile is staged as it
    lies in memory (t[r * w + c]: a vector copy per VW floats instead of a transposition, which on PoCL
    cost as much as the products).  MT_AOFF is the offset of entry (r, c), MT_A the (pointer, stride)
-   pair of mt_product's a and as. */
+   pair of mt_product's a and as; the _KS forms are for a tile staged by stage_tile_ks(.., ks, ..,
+   MT_AT), k-major with row stride ks. */
 #if TM == 1
 #define MT_AT false
-#define MT_AOFF(r, w, c) ((r) * (w) + (c))
-#define MT_A(t, row0, w, c) (t) + MT_AOFF(row0, w, c), 1
+#define MT_AOFF_KS(r, w, c, ks) ((r) * (w) + (c))
+#define MT_A_KS(t, row0, w, c, ks) (t) + MT_AOFF_KS(row0, w, c, ks), 1
 #else
 #define MT_AT true
-#define MT_AOFF(r, w, c) ((c) * BLK + (r))
-#define MT_A(t, row0, w, c) (t) + MT_AOFF(row0, w, c), BLK
+#define MT_AOFF_KS(r, w, c, ks) ((c) * (ks) + (r))
+#define MT_A_KS(t, row0, w, c, ks) (t) + MT_AOFF_KS(row0, w, c, ks), (ks)
 #endif
+#define MT_AOFF(r, w, c) MT_AOFF_KS(r, w, c, BLK)
+#define MT_A(t, row0, w, c) MT_A_KS(t, row0, w, c, BLK)
 
 /* Lane-wise comparisons: all bits set (vectors) or 1 (scalars) where true; combine with & and |. */
 #define VISLESS(a, b) isless((a), (b))
@@ -439,25 +442,48 @@ CASTLE_PART_FNS(16, float16, CASTLE_LOAD_16, CASTLE_STORE_16)
 #define gstore_part CASTLE_CAT(gstore_n, VW)
 
 /* Rows [row0, row0 + BLK) x columns [c0, c0 + w) of a row-major matrix (row stride rs) into local
-   memory, k-major (t[c * BLK + r], trans) or row-major (t[r * w + c]); rows >= nrows and columns >= d
-   read as 0; w is a multiple of VW.  A work-item moves VW columns of a row with one vector load: on a
-   CPU device the staging costs a few instructions per vector instead of per float (load_tile_tb and
-   load_tile_rb below copy float by float, which made the staging cost more than the products on
-   PoCL). */
-inline void stage_tile(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int w,
-                       int d, const bool trans)
+   memory, entry (r, c) at t[r * rstride + c * cstride]; rows >= nrows and columns >= d read as 0, so a
+   ragged block never reads past its tensor; w is a multiple of VW.  A work-item moves VW columns of a
+   row with one vector load (consecutive work-items on consecutive vectors of a row: coalesced), and
+   a row-major destination (cstride 1) takes them with one vector store: on a CPU device the staging
+   costs a few instructions per vector instead of per float (float by float, it cost PoCL's forward
+   40% of its time and the backward more than its products).  With VW = 1, one float per step. */
+__attribute__((always_inline)) inline void copy_tile(__local float *t, const int rstride, const int cstride,
+                                                     __global const float *p, ulong rs, int row0, int nrows,
+                                                     int c0, int w, int d)
 {
     const int nv = w / VW; /* vectors per row */
     for (int e = get_local_id(0); e < BLK * nv; e += NT) {
         const int r = e / nv, c = (e - r * nv) * VW;
         const vfloat x = row0 + r < nrows ? gload_part(p + (ulong)(row0 + r) * rs + c0 + c, d - c0 - c)
                                           : (vfloat)(0.0f);
-        if (trans) {
-            VLANES_TO(t + c * BLK + r, BLK, x);
+        if (cstride == 1) {
+            VSTORE(x, t + r * rstride + c);
         } else {
-            VSTORE(x, t + r * w + c);
+            VLANES_TO(t + c * cstride + r * rstride, cstride, x);
         }
     }
+}
+
+/* A BLK x w tile, k-major with row stride ks (t[c * ks + r], trans: VW consecutive rows of a column
+   then load as one vector) or row-major (t[r * w + c]).  A k-major tile is written by transposing
+   stores, consecutive work-items ks floats apart: with ks = BLK (a multiple of 32) a warp's stores fall
+   in one or two of a GPU's 32 local-memory banks, with ks = KS = BLK + 4 they spread over the banks. */
+__attribute__((always_inline)) inline void stage_tile_ks(__local float *t, const int ks, __global const float *p,
+                                                         ulong rs, int row0, int nrows, int c0, int w, int d,
+                                                         const bool trans)
+{
+    if (trans)
+        copy_tile(t, 1, ks, p, rs, row0, nrows, c0, w, d);
+    else
+        copy_tile(t, w, 1, p, rs, row0, nrows, c0, w, d);
+}
+
+/* stage_tile_ks with the unpadded k-major stride BLK. */
+inline void stage_tile(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int w,
+                       int d, const bool trans)
+{
+    stage_tile_ks(t, BLK, p, rs, row0, nrows, c0, w, d, trans);
 }
 
 /* sum_{k < n} a[k] b[k], n a multiple of VW, both operands contiguous in local memory. */
@@ -517,78 +543,11 @@ inline void pair_add(float *hi, float *lo, float x)
     *lo = l - (*hi - s);
 }
 
-/* The tile loaders' common body: rows [row0, row0 + BLK) x columns [c0, c0 + DT) of a row-major
-   matrix (row stride rs, base p) into local memory, entry (r, c) at t[r * rstride + c * cstride].
-   Rows >= nrows and columns >= d read as 0, so a ragged block never reads past its tensor.  A step
-   copies VW columns of a row with one global vector load (gload_part), consecutive work-items taking
-   consecutive vectors of a row (coalesced); a row-major destination (cstride 1) takes them with one
-   vector store.  With VW = 1 this is one float per step.  On a CPU the vector steps matter: a PoCL
-   forward spent 40% of its time in a float-by-float version of this loop. */
-#define TILE_VPR (DT / VW) /* vectors in a row of a BLK x DT tile (the tuning makes VW divide DT) */
-__attribute__((always_inline)) inline void copy_tile(__local float *t, const int rstride, const int cstride,
-                                                     __global const float *p, ulong rs, int row0, int nrows,
-                                                     int c0, int d)
-{
-    for (int e = get_local_id(0); e < BLK * TILE_VPR; e += NT) {
-        const int r = e / TILE_VPR, c = (e % TILE_VPR) * VW;
-        const int gr = row0 + r, gc = c0 + c;
-        const vfloat v = (gr < nrows && gc < d) ? gload_part(p + (ulong)gr * rs + gc, d - gc) : (vfloat)(0.0f);
-        if (cstride == 1) {
-            VSTORE(v, t + r * rstride + c);
-        } else {
-            float l[VW];
-            VLANES(v, l);
-            for (int q = 0; q < VW; ++q)
-                t[r * rstride + (c + q) * cstride] = l[q];
-        }
-    }
-}
-
-/* A BLK x DT A operand of mt_product (the side whose TM rows a micro-tile takes): stage_a stages it,
-   A_AT(t, row0) is its row row0, A_KS the step between contraction indices.  With TM > 1 it is
-   staged k-major (t[c * KS + r], see load_tile_ts), so that one contraction step reads the TM rows'
-   values from consecutive floats.  With TM = 1 (the CPU mapping) a micro-tile reads a single row,
-   along its contraction index, so the operand is staged row-major (t[r * DT + c]) with vector
-   stores: no transposing float-by-float stores, the costliest part of staging on a CPU.  The
-   products read the same values in the same order either way. */
-#if TM == 1
-#define stage_a(t, p, rs, row0, nrows, c0, d) copy_tile((t), DT, 1, (p), (rs), (row0), (nrows), (c0), (d))
-#define A_AT(t, row0) ((t) + (row0) * DT)
-#define A_KS 1
-#else
-#define stage_a(t, p, rs, row0, nrows, c0, d) copy_tile((t), 1, KS, (p), (rs), (row0), (nrows), (c0), (d))
-#define A_AT(t, row0) ((t) + (row0))
-#define A_KS KS
-#endif
-
-/* Transposed with row stride ts (a multiple of 4, at least BLK), so that VW consecutive rows of one
-   column load as a vector: t[c * ts + r].  Consecutive work-items read consecutive columns of a row
-   (coalesced) and so store ts floats apart: with ts = BLK (a multiple of 32) every such store of a
-   warp falls in one or two of the 32 local-memory banks of a GPU, with ts = KS = BLK + 4 they spread
-   over the banks. */
-inline void load_tile_ts(__local float *t, const int ts, __global const float *p, ulong rs, int row0, int nrows,
-                         int c0, int d)
-{
-    copy_tile(t, 1, ts, p, rs, row0, nrows, c0, d);
-}
-
-/* load_tile_ts with row stride BLK and no padding: t[c * BLK + r]. */
-inline void load_tile_tb(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int d)
-{
-    copy_tile(t, 1, BLK, p, rs, row0, nrows, c0, d);
-}
-
-/* Row-major with row stride DT and no padding: t[r * DT + c]. */
-inline void load_tile_rb(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int d)
-{
-    copy_tile(t, DT, 1, p, rs, row0, nrows, c0, d);
-}
-
 /* Row-major with row stride TS: t[r * TS + c] (BLK x TS). */
 inline void load_tile(__local float *t, __global const float *p, ulong rs, int row0, int nrows,
                       int c0, int d)
 {
-    copy_tile(t, TS, 1, p, rs, row0, nrows, c0, d);
+    copy_tile(t, TS, 1, p, rs, row0, nrows, c0, DT, d);
 }
 
 /* Lane `lane` of `lanes`'s part of a . b over d columns, a a row in global memory, b a staged vector:

@@ -19,11 +19,13 @@
 
 /* Mapping (common.cl, "Register micro-tiles").  Every BLK x BLK product of a block pair is split into
    micro-tiles of TM rows x TN vectors of VW columns, and every BLK x DT slab of outputs likewise; work-item
-   lid owns micro-tiles lid + m NT.  Every operand is staged k-major (contraction index first, stride
-   BLK or DT), so one contraction step loads a tile's TM values of A and TN vectors of B once each and
-   reuses them across the TM x TN FMAs.  The CPU mapping (TM = TN = 1, VW = 16) is a broadcast scalar
-   times a 16-wide vector, SIMD without reassociating a sum; the GPU mapping (TM = TN = 4, VW = 1) holds
-   a 4 x 4 tile in registers, two vector loads from local memory per 16 FMAs. */
+   lid owns micro-tiles lid + m NT.  The B operands are staged k-major (contraction index first, row
+   stride KS, BLK or DT), and so are the A operands, except under TM = 1, where a micro-tile reads a
+   single A row and the A tiles stay row-major (MT_AT, common.cl); one contraction step loads a tile's
+   TM values of A and TN vectors of B once each and reuses them across the TM x TN FMAs.  The CPU
+   mapping (TM = TN = 1, VW = 16) is a broadcast scalar times a 16-wide vector, SIMD without
+   reassociating a sum; the GPU mapping (TM = TN = 2, VW = 1) holds a 2 x 2 tile in registers, two
+   2-wide loads from local memory per 4 FMAs. */
 #define FU ((BLK / TM) * (BLK / MT_COLS)) /* micro-tiles of a BLK x BLK product */
 #define FUC ((BLK / TM) * (DT / MT_COLS)) /* micro-tiles of a BLK x DT slab */
 #if (FU % NT) != 0 || (FUC % NT) != 0
@@ -86,26 +88,26 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     __local float *tQC = lm, *tQU = lm + KS * DT, *tKC = lm + 2 * KS * DT; /* k-major: [c * KS + row] */
     __local float *tDV = lm + 3 * KS * DT, *tKU = lm + 4 * KS * DT;          /* tDV: D_j or VU[T_i] */
     for (int c0 = 0; c0 < d; c0 += DT) {
-        stage_a(tQC, pqc, sqc.z, t0, L, c0, d);
-        load_tile_ts(tKC, KS, pkc, skc.z, s0, L, c0, d);
+        stage_tile_ks(tQC, KS, pqc, sqc.z, t0, L, c0, DT, d, MT_AT);
+        stage_tile_ks(tKC, KS, pkc, skc.z, s0, L, c0, DT, d, true);
         if (need_d)
-            load_tile_ts(tDV, KS, D, (ulong)d, s0, L, c0, d);
+            stage_tile_ks(tDV, KS, D, (ulong)d, s0, L, c0, DT, d, true);
         else if (need_x)
-            load_tile_ts(tDV, KS, pvu, svu.z, t0, L, c0, d);
+            stage_tile_ks(tDV, KS, pvu, svu.z, t0, L, c0, DT, d, true);
         if (gate) {
-            stage_a(tQU, pqu, squ.z, s0, L, c0, d);
-            load_tile_ts(tKU, KS, pku, sku.z, t0, L, c0, d);
+            stage_tile_ks(tQU, KS, pqu, squ.z, s0, L, c0, DT, d, MT_AT);
+            stage_tile_ks(tKU, KS, pku, sku.z, t0, L, c0, DT, d, true);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             /* one contraction loop per product: a loop with branches inside would be run by PoCL
                with its loop over work-items inside, the accumulators in memory (2x slower) */
-            mt_product(s1[m], A_AT(tQC, row0), A_KS, tKC + col0, KS, DT);
+            mt_product(s1[m], MT_A_KS(tQC, row0, DT, 0, KS), tKC + col0, KS, DT);
             if (need_d || need_x)
-                mt_product(sx[m], A_AT(tQC, row0), A_KS, tDV + col0, KS, DT);
+                mt_product(sx[m], MT_A_KS(tQC, row0, DT, 0, KS), tDV + col0, KS, DT);
             if (gate) /* rows: s in T_j, columns: j' in T_i */
-                mt_product(gl[m], A_AT(tQU, row0), A_KS, tKU + col0, KS, DT);
+                mt_product(gl[m], MT_A_KS(tQU, row0, DT, 0, KS), tKU + col0, KS, DT);
         }
         /* global fence too: phase 5 overwrites D_j rows that other work-items read here */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
@@ -205,9 +207,9 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
        work-group j = 0, the last to touch row block i; at k = 0 P is lower triangular and the product
        stops at the diagonal), and D_j += G[T_j,T_i] VU[T_i]. */
     for (int c0 = 0; c0 < d; c0 += DT) {
-        load_tile_rb(tV, pvc, svc.z, s0, L, c0, d);
+        stage_tile(tV, pvc, svc.z, s0, L, c0, DT, d, false);
         if (gate)
-            load_tile_rb(tW, pvu, svu.z, t0, L, c0, d);
+            stage_tile(tW, pvu, svu.z, t0, L, c0, DT, d, false);
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int m = 0; m < FUPC; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
