@@ -50,19 +50,21 @@ typedef struct tuning_entry {
     castle_tuning tuning;
 } tuning_entry;
 
-/* The two kernel mappings (castle.h, "Tuning").  CPU: one row x one 16-wide vector per work-item
-   (SIMD across a row, no horizontal sums) of 64 x 64 blocks, d staged 64 columns at a time: a block
-   pair does four times the arithmetic of a 32 x 32 one for twice the memory traffic, and on PoCL
-   (2-core x86-64, castle-bench L=2048 H=8 d=64, CPU seconds per call) the forward took 0.42 s
-   against 0.69 s with block=32,dchunk=32, the backward 1.20 against 1.88, the prefill 0.51 against
-   0.77, the causal forward 0.10 either way (tm = 2 with 32 threads measured as tm = 1).  GPU:
+/* The two kernel mappings (castle.h, "Tuning").  CPU: 4 rows x one 16-wide vector per work-item
+   (SIMD across a row, no horizontal sums; a vector of B serves 4 FMAs) of 64 x 64 blocks, d staged
+   64 columns at a time.  A 64 x 64 block pair does four times the arithmetic of a 32 x 32 one for
+   twice the memory traffic.  On PoCL (2-core x86-64, castle-bench L=2048 H=8 d=64, ms, two
+   alternating rounds) against the former entry block=32,threads=64,dchunk=32,tm=1: CASTLE forward
+   190 / 196 against 410 / 496, backward 572 / 589 against 719 / 860, prefill 195 / 195 against
+   423 / 542, the causal forward 52 / 54 against 53 / 59; tm = 1 at block 64 took 202 / 196 (forward)
+   and 610 / 599 (backward), tm = 2 x tn = 2 and block 128 were slower.  GPU:
    2 x 2 scalar register micro-tiles, 128 work-items of 32 x 32 blocks, d staged 16 columns at a time
    (the backward's local memory, 47.6 KiB, then fits 48 KiB).  On an NVIDIA H200 (castle-bench,
    B=2 H=16 L=4096 d=64) it ran the forward in 26.2 ms and the backward in 138.8 ms; 4 x 4 tiles,
    which need dchunk 32 for 64 work-items and were shrunk to 32 work-items there, took 39.5 and
    369 ms, 4 x 2 tiles with 64 work-items 31.9 and 202 ms, 2 x 1 tiles with 256 work-items 36.2 and
    172 ms, vector=4 with 128 work-items 30.6 and 124.8 ms. */
-#define CPU_MAPPING .block = 64, .threads = 64, .dchunk = 64, .vector = 16, .tm = 1, .tn = 1
+#define CPU_MAPPING .block = 64, .threads = 64, .dchunk = 64, .vector = 16, .tm = 4, .tn = 1
 #define GPU_MAPPING .block = 32, .threads = 128, .dchunk = 16, .vector = 1, .tm = 2, .tn = 2
 
 /* First match wins; the last entry is the default.  Values were measured with castle-bench on the

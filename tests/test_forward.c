@@ -77,7 +77,7 @@ START_TEST(test_repeat_and_wide_window)
 END_TEST
 
 /* Other tunings (block, threads, dchunk, vector, micro-tile) pass the same conformance checks: every
-   kernel variant the tuner may pick is a correct one, the CPU mapping (tm = tn = 1, wide vectors) and
+   kernel variant the tuner may pick is a correct one, the CPU mapping (wide vectors, tm = 1 and the CPU entries' tm = 4) and
    the GPU mapping (2 x 2 register tiles of the GPU table entries, and 4 x 4) among them. */
 #define TUNING(...) {.struct_size = sizeof(castle_tuning), __VA_ARGS__}
 static const castle_tuning tunings[] = {
@@ -132,6 +132,7 @@ END_TEST
 static const castle_tuning nan_mappings[] = {
     TUNING(.block = 32, .threads = 32, .dchunk = 32, .vector = 16, .tm = 2, .tn = 1, .fold = 8),
     TUNING(.block = 32, .threads = 64, .dchunk = 32, .vector = 16, .tm = 1, .tn = 1, .fold = 8),
+    TUNING(.block = 64, .threads = 64, .dchunk = 64, .vector = 16, .tm = 4, .tn = 1, .fold = 8), /* CPU entries */
     TUNING(.block = 32, .threads = 64, .dchunk = 32, .vector = 1, .tm = 4, .tn = 4, .fold = 8),
 };
 

@@ -136,7 +136,7 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
    The kernels split every BLK x BLK product of a block pair (and every BLK x dchunk slab) into
    micro-tiles of tm rows x tn vectors of `vector` columns, one work-item's registers each (CLBlast
    xgemm's MWI x NWI); operands are staged through local memory dchunk columns of d at a time.  The
-   CPU mapping is tm = tn = 1 with 16-wide vectors, the GPU mapping tm = tn = 2 with vector = 1
+   CPU mapping is tm = 4, tn = 1 with 16-wide vectors, the GPU mapping tm = tn = 2 with vector = 1
    and 128 work-items.
    Constraints: each value a power of two in the range below (fold: any integer in it), 0 where
    "0 = derive" is said; threads a multiple of block, at most the device's work-group size, with
