@@ -250,7 +250,7 @@ __attribute__((always_inline)) inline void mt_product_lower(vfloat *acc, __local
 
 /* The A operand of a product from a BLK x w tile staged by stage_tile(.., MT_AT), from its column c:
    k-major (t[c * BLK + r]) in general, so that a step loads the TM rows' values as one vector; but with
-   one row per micro-tile (TM = 1: the CPU mapping) a step reads one value, and the tile is staged as it
+   one row per micro-tile (TM = 1, e.g. a derived CPU tuning) a step reads one value, and the tile is staged as it
    lies in memory (t[r * w + c]: a vector copy per VW floats instead of a transposition, which on PoCL
    cost as much as the products).  MT_AOFF is the offset of entry (r, c), MT_A the (pointer, stride)
    pair of mt_product's a and as; the _KS forms are for a tile staged by stage_tile_ks(.., ks, ..,

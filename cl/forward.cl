@@ -23,8 +23,8 @@
    stride KS, BLK or DT), and so are the A operands, except under TM = 1, where a micro-tile reads a
    single A row and the A tiles stay row-major (MT_AT, common.cl); one contraction step loads a tile's
    TM values of A and TN vectors of B once each and reuses them across the TM x TN FMAs.  The CPU
-   mapping (TM = TN = 1, VW = 16) is a broadcast scalar times a 16-wide vector, SIMD without
-   reassociating a sum; the GPU mapping (TM = TN = 2, VW = 1) holds a 2 x 2 tile in registers, two
+   mapping (TM = 4, TN = 1, VW = 16) is a broadcast scalar times a 16-wide vector, SIMD without
+   reassociating a sum, each vector of B serving 4 rows; the GPU mapping (TM = TN = 2, VW = 1) holds a 2 x 2 tile in registers, two
    2-wide loads from local memory per 4 FMAs. */
 #define FU ((BLK / TM) * (BLK / MT_COLS)) /* micro-tiles of a BLK x BLK product */
 #define FUC ((BLK / TM) * (DT / MT_COLS)) /* micro-tiles of a BLK x DT slab */
