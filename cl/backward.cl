@@ -38,13 +38,7 @@
    code after a barrier that a branch may skip (barrier tail replication), which made the kernel's
    compile several times longer; the work a block pair does not need is skipped between the barriers
    instead. */
-#define FU ((BLK / TM) * (BLK / MT_COLS)) /* micro-tiles of a BLK x BLK product */
-#define FUC ((BLK / TM) * (DT / MT_COLS)) /* micro-tiles of a BLK x DT slab */
-#if (FU % NT) != 0 || (FUC % NT) != 0
-#error "backward.cl: NT x TM x TN x VW must divide BLK*BLK and BLK*DT"
-#endif
-#define FUPT (FU / NT)  /* product micro-tiles per work-item */
-#define FUPC (FUC / NT) /* slab micro-tiles per work-item */
+/* FU, FUC, FUPT, FUPC: common.cl. */
 
 /* Local memory: eight BLK x BLK matrices (row stride BLK), seven BLK x DT tiles (row-major,
    t[r * DT + c], or k-major, t[c * BLK + r]: stage_tile), Delta and lse of the rows. */

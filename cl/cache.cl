@@ -71,10 +71,20 @@ __kernel void castle_cache_prefill_store(const int P, const int d, const int H, 
     }
 }
 
-#define PU_LM (3 * BLK * TS + BLK * BP)
-
 /* Work-group (row block sb, bh): U[T_s] = sum_j G[T_s, T_j] VU[T_j] over the key blocks T_j that
-   meet the gate of T_s (j from sb up to the window's end), gate rows s < j < lens[b], j <= s + W. */
+   meet the gate of T_s (j from sb up to the window's end), gate rows s < j < lens[b], j <= s + W.
+   The forward's mapping and operands (cl/forward.cl, phases 1, 2 and 5): gl = QU[T_s] KU[T_j]^T on
+   micro-tiles, d staged DT columns at a time (QU as MT_AT says, KU k-major, row stride KS), then
+   G = castle_gate_v(gl) stored k-major (G^T), and U[T_s] += G VU[T_j] slab by slab of DT columns
+   (VU row-major), added to U in global memory (the work-group owns rows T_s of U).  The gate is
+   computed exactly as the forward computes it; the product takes, per row s of a micro-tile, only
+   the keys s < j <= s + W (mt_product_band): a row of VU outside the gate is never read, so whatever
+   it holds cannot reach U through a zero weight. */
+#define PU_LM CASTLE_LM_MAX_(2 * KS * DT, BLK * BLK + BLK * DT)
+#if PU_LM > CASTLE_LM_FORWARD(BLK, DT)
+#error "cache.cl: castle_cache_prefill_u must fit the forward's local memory (the host checks that)"
+#endif
+
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_cache_prefill_u(const int d, const int H, const int W, const int cap, const float sc,
                             __global const int *lens,
@@ -84,7 +94,8 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
                             __global float *cu)
 {
     __local float lm[PU_LM];
-    __local float *tQU = lm, *tKU = lm + BLK * TS, *tV = lm + 2 * BLK * TS, *sG = lm + 3 * BLK * TS;
+    __local float *tQU = lm, *tKU = lm + KS * DT;  /* phase 1: k-major, row stride KS */
+    __local float *sGt = lm, *tV = lm + BLK * BLK; /* then: G^T [j * BLK + s], VU row-major (DT) */
     const int lid = get_local_id(0);
     const int sb = get_group_id(0), bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;
@@ -98,47 +109,49 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
     __global const float *pku = ku + tensor_offset(sku, b, h, 0);
     __global const float *pvu = vu + tensor_offset(svu, b, h, 0);
     __global float *U = cu + (ulong)bh * cap * d;
-    const int col = lid % BLK, row0 = lid / BLK;
+    const vfloat lane = lane_index();
 
     for (int jb = sb; jb * BLK <= jlast; ++jb) {
         const int j0 = jb * BLK;
-        float gl[EPT];
-        for (int r = 0; r < EPT; ++r)
-            gl[r] = 0.0f;
+        vfloat gl[FUPT][MT_ACC];
+        for (int m = 0; m < FUPT; ++m)
+            mt_zero(gl[m]);
         for (int c0 = 0; c0 < d; c0 += DT) {
-            load_tile(tQU, pqu, squ.z, s0, P, c0, d);
-            load_tile(tKU, pku, sku.z, j0, P, c0, d);
+            stage_tile_ks(tQU, KS, pqu, squ.z, s0, P, c0, DT, d, MT_AT);
+            stage_tile_ks(tKU, KS, pku, sku.z, j0, P, c0, DT, d, true);
             barrier(CLK_LOCAL_MEM_FENCE);
-            for (int r = 0; r < EPT; ++r) {
-                const int rr = row0 + r * RSTEP;
-                for (int c = 0; c < DT; ++c)
-                    gl[r] += tQU[rr * TS + c] * tKU[col * TS + c];
+            for (int m = 0; m < FUPT; ++m) {
+                const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+                mt_product(gl[m], MT_A_KS(tQU, row0, DT, 0, KS), tKU + col0, KS, DT);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
-        for (int r = 0; r < EPT; ++r) {
-            const int rr = row0 + r * RSTEP;
-            const int s = s0 + rr, j = j0 + col;
-            const bool allowed = s < P && j < P && s < j && (W == 0 || j - s <= W);
-            sG[rr * BP + col] = allowed ? castle_sigmoid(sc * gl[r]) : 0.0f;
+        for (int m = 0; m < FUPT; ++m) {
+            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            for (int e = 0; e < MT_ACC; ++e) {
+                const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+                store_column(sGt, cv, rr, castle_gate_v(gl[m][e], sc, s0 + rr, (float)(j0 + cv) + lane, P, W));
+            }
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
+        /* Row s0 + r takes the keys j0 + kk with s0 + r < j0 + kk <= s0 + r + W: r + lo <= kk < r + hi
+           (hi bounded by BLK: no int overflow for any W). */
+        const int lo = s0 - j0 + 1;
+        const int hi = W == 0 ? BLK : (int)min((long)W + 1 + s0 - j0, (long)BLK);
         for (int c0 = 0; c0 < d; c0 += DT) {
-            load_tile(tV, pvu, svu.z, j0, P, c0, d);
+            stage_tile(tV, pvu, svu.z, j0, P, c0, DT, d, false);
             barrier(CLK_LOCAL_MEM_FENCE);
-            for (int e = 0; e < EPC; ++e) {
-                const int idx = get_local_id(0) + e * NT;
-                const int rr = idx / DT, c = idx % DT, gc = c0 + c, s = s0 + rr;
-                if (s < P && gc < d) {
-                    /* only the keys s < j < P, j <= s + W: a row outside the gate is never read, so
-                       whatever it holds cannot reach U through a zero weight */
-                    const int jlo = max(0, s + 1 - j0);
-                    const int jhi = min(min(BLK, P - j0), W == 0 ? BLK : s + W + 1 - j0);
-                    float acc = 0.0f;
-                    for (int jj = jlo; jj < jhi; ++jj)
-                        acc += sG[rr * BP + jj] * tV[jj * TS + c];
-                    __global float *pu = U + (ulong)s * d + gc;
-                    *pu = (jb == sb) ? acc : *pu + acc;
+            for (int m = 0; m < FUPC; ++m) {
+                const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
+                vfloat acc[MT_ACC];
+                mt_zero(acc);
+                mt_product_band(acc, sGt + row0, BLK, tV + col0, DT, row0, lo, hi);
+                for (int e = 0; e < MT_ACC; ++e) {
+                    const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
+                    if (s0 + rr < P && gc < d) {
+                        __global float *pu = U + (ulong)(s0 + rr) * d + gc;
+                        const int n = min(VW, d - gc);
+                        gstore_part(jb == sb ? acc[e] : gload_part(pu, n) + acc[e], pu, n);
+                    }
                 }
             }
             barrier(CLK_LOCAL_MEM_FENCE);

@@ -23,12 +23,7 @@
 #define TN 1            /* vectors per micro-tile row: 1, 2, 4 or 8; TN x VW divides BLK and DT */
 #endif
 
-#define TS (DT + 1)     /* padded row stride of a BLK x DT tile in local memory */
-#define BP (BLK + 1)    /* padded row stride of a BLK x BLK matrix in local memory */
 #define KS (BLK + 4)    /* padded, vector-aligned row stride of a k-major BLK x DT tile (stage_tile_ks) */
-#define RSTEP (NT / BLK)          /* rows between the entries one work-item owns */
-#define EPT (BLK * BLK / NT)      /* entries of a BLK x BLK matrix per work-item */
-#define EPC (BLK * DT / NT)       /* entries of a BLK x DT tile per work-item */
 
 /* Dot products accumulate in VW-wide vectors and are summed across lanes once: explicit SIMD for
    CPU devices, whose compilers may not reorder a scalar float reduction; VW = 1 is plain scalar
@@ -41,7 +36,6 @@ typedef int vint;
 #define VLOAD(p) (*(p))
 #define VSTORE(v, p) (*(p) = (v))
 inline float vsum(float v) { return v; }
-inline float vmax(float v) { return v; }
 #elif VW == 4
 typedef float4 vfloat;
 typedef int4 vint;
@@ -53,11 +47,6 @@ inline float vsum(float4 v)
 {
     const float2 a = v.lo + v.hi;
     return a.x + a.y;
-}
-inline float vmax(float4 v)
-{
-    const float2 a = fmax(v.lo, v.hi);
-    return fmax(a.x, a.y);
 }
 #elif VW == 8
 typedef float8 vfloat;
@@ -72,12 +61,6 @@ inline float vsum(float8 v)
     const float2 b = a.lo + a.hi;
     return b.x + b.y;
 }
-inline float vmax(float8 v)
-{
-    const float4 a = fmax(v.lo, v.hi);
-    const float2 b = fmax(a.lo, a.hi);
-    return fmax(b.x, b.y);
-}
 #elif VW == 16
 typedef float16 vfloat;
 typedef int16 vint;
@@ -91,13 +74,6 @@ inline float vsum(float16 v)
     const float4 b = a.lo + a.hi;
     const float2 c = b.lo + b.hi;
     return c.x + c.y;
-}
-inline float vmax(float16 v)
-{
-    const float8 a = fmax(v.lo, v.hi);
-    const float4 b = fmax(a.lo, a.hi);
-    const float2 c = fmax(b.lo, b.hi);
-    return fmax(c.x, c.y);
 }
 #else
 #error "VW must be 1, 4, 8 or 16"
@@ -134,6 +110,15 @@ inline vfloat lane_index(void)
 #if (BLK % TM) != 0 || (BLK % MT_COLS) != 0 || (DT % MT_COLS) != 0
 #error "TM must divide BLK, TN x VW must divide BLK and DT"
 #endif
+/* Micro-tiles of a BLK x BLK product and of a BLK x DT slab of a d-wide output; work-item lid owns
+   micro-tiles lid + m NT of each (m < FUPT, m < FUPC). */
+#define FU ((BLK / TM) * (BLK / MT_COLS))
+#define FUC ((BLK / TM) * (DT / MT_COLS))
+#if (FU % NT) != 0 || (FUC % NT) != 0
+#error "NT x TM x TN x VW must divide BLK*BLK and BLK*DT"
+#endif
+#define FUPT (FU / NT)
+#define FUPC (FUC / NT)
 /* First row and first column of micro-tile u of a matrix with ncols columns (tiles row by row). */
 #define MT_ROW0(u, ncols) (((u) / ((ncols) / MT_COLS)) * TM)
 #define MT_COL0(u, ncols) (((u) % ((ncols) / MT_COLS)) * MT_COLS)
@@ -486,15 +471,6 @@ inline void stage_tile(__local float *t, __global const float *p, ulong rs, int 
     stage_tile_ks(t, BLK, p, rs, row0, nrows, c0, w, d, trans);
 }
 
-/* sum_{k < n} a[k] b[k], n a multiple of VW, both operands contiguous in local memory. */
-inline float ldot(__local const float *a, __local const float *b, int n)
-{
-    vfloat acc = (vfloat)(0.0f);
-    for (int k = 0; k < n; k += VW)
-        acc += VLOAD(a + k) * VLOAD(b + k);
-    return vsum(acc);
-}
-
 /* Element offset of (batch b, head h, row r) for strides s = (batch, head, row, unused). */
 inline ulong tensor_offset(ulong4 s, uint b, uint h, uint r)
 {
@@ -511,13 +487,6 @@ inline float castle_sigmoid(float x)
 }
 
 inline float castle_silu(float x) { return x * castle_sigmoid(x); }
-
-/* d SiLU / dx = sigmoid(x) (1 + x (1 - sigmoid(x))). */
-inline float castle_silu_grad(float x)
-{
-    const float g = castle_sigmoid(x);
-    return g * (1.0f + x * (1.0f - g));
-}
 
 /* Lane-wise pair_add. */
 inline void pair_add_v(vfloat *hi, vfloat *lo, vfloat x)
@@ -541,13 +510,6 @@ inline void pair_add(float *hi, float *lo, float x)
     const float l = *lo + err;
     *hi = s + l;
     *lo = l - (*hi - s);
-}
-
-/* Row-major with row stride TS: t[r * TS + c] (BLK x TS). */
-inline void load_tile(__local float *t, __global const float *p, ulong rs, int row0, int nrows,
-                      int c0, int d)
-{
-    copy_tile(t, TS, 1, p, rs, row0, nrows, c0, DT, d);
 }
 
 /* Lane `lane` of `lanes`'s part of a . b over d columns, a a row in global memory, b a staged vector:

@@ -26,13 +26,7 @@
    mapping (TM = 4, TN = 1, VW = 16) is a broadcast scalar times a 16-wide vector, SIMD without
    reassociating a sum, each vector of B serving 4 rows; the GPU mapping (TM = TN = 2, VW = 1) holds a 2 x 2 tile in registers, two
    2-wide loads from local memory per 4 FMAs. */
-#define FU ((BLK / TM) * (BLK / MT_COLS)) /* micro-tiles of a BLK x BLK product */
-#define FUC ((BLK / TM) * (DT / MT_COLS)) /* micro-tiles of a BLK x DT slab */
-#if (FU % NT) != 0 || (FUC % NT) != 0
-#error "forward.cl: NT x TM x TN x VW must divide BLK*BLK and BLK*DT"
-#endif
-#define FUPT (FU / NT)  /* product micro-tiles per work-item */
-#define FUPC (FUC / NT) /* slab micro-tiles per work-item */
+/* FU, FUC, FUPT, FUPC: common.cl. */
 #define FRV (BLK / VW)  /* vectors of VW rows in a block (the softmax's units) */
 
 #define LM_SIZE CASTLE_LM_FORWARD(BLK, DT) /* local_memory.h */

@@ -3,7 +3,8 @@
 # and invalid API use: castle-info's forward self-test (three shapes against the fp64 reference,
 # guard regions included), a forward + backward through castle-run, folded and per-diagonal, under
 # the CPU mapping and the GPU mapping (register micro-tiles, tuning tm=4 tn=4 vector=1), a
-# prefill + decode through the UQ-KV cache (on both mappings), and the causal baseline's four operations.
+# prefill + decode through the UQ-KV cache (on both mappings), a prefill of ragged prompts (the cache's
+# gated U pass, both mappings), and the causal baseline's four operations.
 # Oclgrind's device has 32 KiB of local memory, so this also runs the library's shrunk tuning.
 # usage: oclgrind.sh <build-dir>
 set -euo pipefail
@@ -48,6 +49,11 @@ done
 # decode on the GPU mapping's shape: 128 work-items, 8 lanes to a cache row, two rows per team per pass
 CASTLE_TUNING=block=16,threads=128,dchunk=16,vector=1,tm=1,tn=1 og "$build/tools/castle-run" decode --in "$work/in" \
     --out "$work/decgpu" --prompt 30 --chunk 3 --window 5 || report "castle-run decode (GPU mapping) failed under Oclgrind"
+# prompts of different lengths: the cache's gated U pass (castle_cache_prefill_u), on both mappings
+for t in "" "$gpu"; do
+    CASTLE_TUNING=$t og "$build/tools/castle-bench" --ops prefill --ragged --impls castle,swl --L 40 --batch 2 \
+        --heads 2 --window 5 --repeat 1 --gemm 0 >/dev/null || report "castle-bench --ragged (tuning '$t') failed under Oclgrind"
+done
 # the causal baseline: forward, backward, prefill, decode
 og "$build/tools/castle-bench" --impls causal --L 40 --t 40 --heads 2 --repeat 1 --gemm 0 >/dev/null ||
     report "castle-bench (causal) failed under Oclgrind"

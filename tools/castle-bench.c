@@ -40,6 +40,10 @@ static const char usage[] =
     "  --window W         CASTLE-SWL window (default 512)\n"
     "  --repeat N         timed runs per measurement, median reported (default 5)\n"
     "  --gemm N           CLBlast SGEMM size (default 1024; 0 skips it)\n"
+    "  --ragged           op=prefill of castle and swl with prompts of different lengths (L-1-b tokens for\n"
+    "                     batch entry b, at least 1): the library's path for ragged prompts, which computes\n"
+    "                     the cache's lookahead keys by a gated pass instead of taking the forward's;\n"
+    "                     reported as op=prefill_ragged\n"
     "  --json             print the measurements as one JSON array instead of lines\n"
     "  -h, --help         this text\n"
     "\n"
@@ -59,7 +63,7 @@ typedef struct options {
     int nL, nt;
     size_t d, batch, heads, gemm;
     long window, repeat;
-    bool json;
+    bool json, ragged;
 } options;
 
 static int fail_usage(const char *msg, const char *arg)
@@ -128,7 +132,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->gemm = 1024;
     o->window = 512;
     o->repeat = 5;
-    enum { O_DEVICE = 256, O_OPS, O_IMPLS, O_L, O_T, O_D, O_BATCH, O_HEADS, O_WINDOW, O_REPEAT, O_GEMM, O_JSON };
+    enum { O_DEVICE = 256, O_OPS, O_IMPLS, O_L, O_T, O_D, O_BATCH, O_HEADS, O_WINDOW, O_REPEAT, O_GEMM, O_JSON, O_RAGGED };
     static const struct option longopts[] = {
         {"device", required_argument, NULL, O_DEVICE}, {"ops", required_argument, NULL, O_OPS},
         {"impls", required_argument, NULL, O_IMPLS},   {"L", required_argument, NULL, O_L},
@@ -136,6 +140,7 @@ static int parse_args(int argc, char **argv, options *o)
         {"batch", required_argument, NULL, O_BATCH},   {"heads", required_argument, NULL, O_HEADS},
         {"window", required_argument, NULL, O_WINDOW}, {"repeat", required_argument, NULL, O_REPEAT},
         {"gemm", required_argument, NULL, O_GEMM},     {"json", no_argument, NULL, O_JSON},
+        {"ragged", no_argument, NULL, O_RAGGED},
         {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0}};
     opterr = 0;
     int c;
@@ -149,6 +154,9 @@ static int parse_args(int argc, char **argv, options *o)
             exit(0);
         case O_JSON:
             o->json = true;
+            break;
+        case O_RAGGED:
+            o->ragged = true;
             break;
         case O_DEVICE:
             if (castle_parse_device_spec(v, &unused, &unused) != CASTLE_SUCCESS)
@@ -265,6 +273,7 @@ typedef struct problem {
     cl_mem buf[CASTLE_TENSOR_COUNT], ws;
     castle_cache *cache;
     castle_kv_cache *kv;
+    size_t *lengths; /* --ragged: the prompt lengths of castle_prefill, else NULL */
     int impl;
 } problem;
 
@@ -277,6 +286,7 @@ static void problem_release(problem *p)
         clReleaseMemObject(p->ws);
     castle_cache_destroy(p->cache);
     castle_kv_cache_destroy(p->kv);
+    free(p->lengths);
     memset(p, 0, sizeof *p);
 }
 
@@ -352,7 +362,7 @@ static castle_status run_prefill(void *state, cl_event wait, cl_event *end)
     castle_status st = castle_cache_reset(p->cache);
     if (st)
         return st;
-    return castle_prefill(p->bn->ctx, p->cache, &p->desc, NULL, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+    return castle_prefill(p->bn->ctx, p->cache, &p->desc, p->lengths, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
                           p->bn->q, WAIT1(wait), end);
 }
 
@@ -445,12 +455,20 @@ static int bench_training(bench *bn, int op, int impl, size_t L)
     if (!st && op == OP_PREFILL)
         st = impl == IMPL_CAUSAL ? castle_kv_cache_create(bn->ctx, &p.desc, &p.kv)
                                  : castle_cache_create(bn->ctx, &p.desc, &p.cache);
+    const bool ragged = op == OP_PREFILL && impl != IMPL_CAUSAL && bn->opt->ragged;
+    if (!st && ragged) {
+        if (!(p.lengths = malloc(bn->opt->batch * sizeof *p.lengths)))
+            st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
+        for (size_t b = 0; !st && b < bn->opt->batch; ++b)
+            p.lengths[b] = b + 1 < L ? L - 1 - b : 1;
+    }
     if (!st) {
         run_fn fn = op == OP_FORWARD ? run_forward : op == OP_BACKWARD ? run_backward : run_prefill;
         st = measure(bn, fn, &p, &ms);
     }
     if (!st)
-        report(bn, op_names[op], impl_names[impl], L, p.desc.window, &ms, model_flops(op, impl, bn->opt, L));
+        report(bn, ragged ? "prefill_ragged" : op_names[op], impl_names[impl], L, p.desc.window, &ms,
+               model_flops(op, impl, bn->opt, L));
     problem_release(&p);
     return st ? lib_error(st, op_names[op]) : 0;
 }
