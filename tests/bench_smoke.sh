@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # castle-bench end to end on small sizes: one line per (op, impl, size) in the documented format,
-# the gemm line, valid JSON with --json, exit 2 on bad usage.
+# the gemm line, valid JSON with --json, decode's GB/s against the byte model, --ragged, exit 2 on bad
+# usage.
 # usage: bench_smoke.sh <castle-bench>
 set -euo pipefail
 bench=$1
@@ -8,12 +9,27 @@ out=$("$bench" --L 64,96 --t 100 --heads 2 --repeat 2 --gemm 64)
 echo "$out"
 n=$(grep -cE '^op=(forward|backward|prefill) impl=(castle|swl|causal) B=1 H=2 L=(64|96) d=64 W=[0-9]+ median_ms=[0-9.]+ gflops=[0-9.]+ clock=(device|host)$' <<<"$out")
 [ "$n" = 18 ] || { echo "expected 18 forward/backward/prefill lines, found $n"; exit 1; }
-n=$(grep -cE '^op=decode impl=(castle|swl|causal) B=1 H=2 t=100 d=64 W=[0-9]+ median_ms=[0-9.]+ gflops=[0-9.]+ clock=(device|host)$' <<<"$out")
+n=$(grep -cE '^op=decode impl=(castle|swl|causal) B=1 H=2 t=100 d=64 W=[0-9]+ median_ms=[0-9.]+ gflops=[0-9.]+ gbs=[0-9.]+ clock=(device|host)$' <<<"$out")
 [ "$n" = 3 ] || { echo "expected 3 decode lines, found $n"; exit 1; }
 grep -qE '^op=gemm impl=clblast n=64 median_ms=[0-9.]+ gflops=[0-9.]+ clock=(device|host)$' <<<"$out" || { echo "no gemm line"; exit 1; }
 json=$("$bench" --ops forward --impls castle,causal --L 64 --heads 1 --repeat 1 --gemm 0 --json)
 python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert len(d)==2 and {x["impl"] for x in d}=={"castle","causal"} and all(x["median_ms"]>0 and x["clock"] in ("device","host") for x in d)' "$json" ||
     { echo "bad JSON: $json"; exit 1; }
+# decode's gbs: the bytes of docs/performance.md's model over the median time (B=1 H=2 t=100 d=64:
+# causal 4 x 2 t d x 2 heads, CASTLE 4 x 5 t d x 2, CASTLE-SWL W=16: 4 x (3 t + 2 W) d x 2)
+json=$("$bench" --ops decode --t 100 --heads 2 --window 16 --repeat 1 --gemm 0 --json)
+python3 -c '
+import json, sys
+want = {"causal": 4 * 2 * 100 * 64 * 2, "castle": 4 * 5 * 100 * 64 * 2, "swl": 4 * (3 * 100 + 2 * 16) * 64 * 2}
+d = json.loads(sys.argv[1])
+assert {x["impl"] for x in d} == set(want), d
+for x in d:
+    gbs = want[x["impl"]] / (x["median_ms"] * 1e-3) * 1e-9
+    assert abs(x["gbs"] - gbs) <= 1e-3 + 1e-3 * gbs, (x, gbs)' "$json" || { echo "bad decode gbs: $json"; exit 1; }
+# --ragged: the prefill of prompts of different lengths, on its own line
+n=$("$bench" --ops prefill --ragged --impls castle,causal --L 64 --batch 2 --heads 1 --repeat 1 --gemm 0 |
+    grep -cE '^op=(prefill_ragged impl=castle|prefill impl=causal) B=2 H=1 L=64 ')
+[ "$n" = 2 ] || { echo "expected a prefill_ragged and a causal prefill line, found $n"; exit 1; }
 if "$bench" --ops sideways >/dev/null 2>&1; then echo "bad --ops accepted"; exit 1; fi
 rc=0; "$bench" --ops sideways >/dev/null 2>&1 || rc=$?
 [ "$rc" = 2 ] || { echo "bad usage exit status $rc, expected 2"; exit 1; }

@@ -8,7 +8,9 @@
  * Nominal FLOPs per batch entry and head (docs/algorithm.md section 6): causal forward 2 d L^2, CASTLE forward
  * 5 d L^2 (CASTLE-SWL is charged the same, so its GFLOP/s reads as CASTLE-equivalent work per second),
  * backward 2.5x the forward, prefill as the forward; decode of the token at position t: 4 d t
- * (causal) and 10 d t (CASTLE), per token.  op=gemm impl=clblast: CLBlast SGEMM n x n x n, 2 n^3. */
+ * (causal) and 10 d t (CASTLE), per token.  op=gemm impl=clblast: CLBlast SGEMM n x n x n, 2 n^3.
+ * Decode lines also give gbs=, the bytes a decode must move over its time (GB/s; model_bytes): the
+ * measure to hold against the device's memory bandwidth, since decode reads the whole cache. */
 #define _POSIX_C_SOURCE 200809L
 #include "castle/castle.h"
 #include "tool.h"
@@ -48,6 +50,9 @@ static const char usage[] =
     "  -h, --help         this text\n"
     "\n"
     "Lines look like: op=forward impl=castle B=1 H=8 L=2048 d=64 W=0 median_ms=12.345 gflops=67.8 clock=device\n"
+    "(op=decode lines add gbs=<GB/s>: the bytes a decode must read and write, over its time; per batch entry\n"
+    "and head at cache length t, 4 x 2 t d for causal (K, V read) and 4 x 5 t d for CASTLE (U read and\n"
+    "written, qU, kC, vC read; CASTLE-SWL: U written and qU read only for the last W rows))\n"
     "(clock=device: OpenCL profiling times; clock=host: wall clock to clFinish, where the device gives none)\n"
     "exit status: 0 success, 1 library or device failure, 2 bad usage\n";
 
@@ -234,19 +239,25 @@ static castle_status measure(bench *bn, run_fn fn, void *state, tool_timing *t)
     return tool_time(bn->q, fn, state, 1, bn->opt->repeat, t);
 }
 
+/* One measurement; bytes > 0 (decode) adds its GB/s. */
 static void report(bench *bn, const char *op, const char *impl, size_t L, long W, const tool_timing *t,
-                   double flops)
+                   double flops, double bytes)
 {
     const options *o = bn->opt;
-    const double ms = t->ms, gflops = flops / (ms * 1e-3) * 1e-9;
+    const double ms = t->ms, gflops = flops / (ms * 1e-3) * 1e-9, gbs = bytes / (ms * 1e-3) * 1e-9;
+    char extra[64] = "";
     if (o->json) {
+        if (bytes > 0)
+            snprintf(extra, sizeof extra, ", \"gbs\": %.3f", gbs);
         printf("%s\n  {\"op\": \"%s\", \"impl\": \"%s\", \"B\": %zu, \"H\": %zu, \"%s\": %zu, \"d\": %zu, \"W\": %ld, "
-               "\"median_ms\": %.4f, \"gflops\": %.3f, \"clock\": \"%s\"}",
+               "\"median_ms\": %.4f, \"gflops\": %.3f%s, \"clock\": \"%s\"}",
                bn->printed ? "," : "[", op, impl, o->batch, o->heads, strcmp(op, "decode") ? "L" : "t", L, o->d, W,
-               ms, gflops, t->clock);
+               ms, gflops, extra, t->clock);
     } else {
-        printf("op=%s impl=%s B=%zu H=%zu %s=%zu d=%zu W=%ld median_ms=%.4f gflops=%.3f clock=%s\n", op, impl,
-               o->batch, o->heads, strcmp(op, "decode") ? "L" : "t", L, o->d, W, ms, gflops, t->clock);
+        if (bytes > 0)
+            snprintf(extra, sizeof extra, " gbs=%.3f", gbs);
+        printf("op=%s impl=%s B=%zu H=%zu %s=%zu d=%zu W=%ld median_ms=%.4f gflops=%.3f%s clock=%s\n", op, impl,
+               o->batch, o->heads, strcmp(op, "decode") ? "L" : "t", L, o->d, W, ms, gflops, extra, t->clock);
     }
     fflush(stdout);
     ++bn->printed;
@@ -402,6 +413,18 @@ static double model_flops(int op, int impl, const options *o, size_t L)
     }
 }
 
+/* Bytes one decode at cache length t must move: the cache rows it reads and the U rows it rewrites
+   (the new token's own rows are left out).  Causal: K and V, 2 t d floats per batch entry and head.
+   CASTLE: U read and written, qU, kC, vC read, 5 t d; CASTLE-SWL reads U, kC, vC for all t rows but
+   updates U and reads qU only for the last min(W, t). */
+static double model_bytes(int impl, const options *o, size_t t, long W)
+{
+    const double bh = (double)o->batch * (double)o->heads, d = (double)o->d, tt = (double)t;
+    const double win = (W > 0 && (size_t)W < t) ? (double)W : tt;
+    const double floats = impl == IMPL_CAUSAL ? 2.0 * tt : 3.0 * tt + 2.0 * win;
+    return 4.0 * floats * d * bh;
+}
+
 typedef struct gemm_state {
     bench *bn;
     size_t n;
@@ -468,7 +491,7 @@ static int bench_training(bench *bn, int op, int impl, size_t L)
     }
     if (!st)
         report(bn, ragged ? "prefill_ragged" : op_names[op], impl_names[impl], L, p.desc.window, &ms,
-               model_flops(op, impl, bn->opt, L));
+               model_flops(op, impl, bn->opt, L), 0.0);
     problem_release(&p);
     return st ? lib_error(st, op_names[op]) : 0;
 }
@@ -504,7 +527,8 @@ static int bench_decode(bench *bn, int impl, size_t t)
     if (!st)
         st = measure(bn, run_decode, &s, &ms);
     if (!st)
-        report(bn, "decode", impl_names[impl], t, one.desc.window, &ms, model_flops(OP_DECODE, impl, bn->opt, t));
+        report(bn, "decode", impl_names[impl], t, one.desc.window, &ms, model_flops(OP_DECODE, impl, bn->opt, t),
+               model_bytes(impl, bn->opt, t, (long)one.desc.window));
     size_t bytes = 0;
     if (!st && !bn->opt->json &&
         (impl == IMPL_CAUSAL ? castle_kv_cache_bytes(s.kv, &bytes) : castle_cache_bytes(one.cache, &bytes)) ==
