@@ -6,22 +6,20 @@
  * BLK key rows) and loops over the blocks of the other side with an online softmax, so the forward
  * pass is one launch and the backward pass two (keys, then queries), without atomics.
  *
- * Mapping of the forward kernel: register micro-tiles (common.cl; the tuning's TM, TN, VW, NT), as in
- * cl/forward.cl.  Scores are computed transposed (key rows x query columns: K^T staged in DT-column
- * chunks against Q^T, staged once per work-group when d fits CC_TROWS), so the per-row softmax
- * statistics are lane-wise vector operations (no horizontal reductions); the accumulator P V (query
- * rows x columns of d) stays in registers, slab by slab of DT columns, V staged row-major.
- *
- * Mapping of the other kernels.  The BLK x BLK score block is split among the CC_NT work-items (below)
- * as CC_RPW rows x one vector of CC_VK columns each (CC_VK = min(16, BLK*BLK/CC_NT)), and the BLK x d
- * accumulators as CC_UPW units of (one row, one vector of CC_VK columns of d).  Vectors run along the
- * dimension that stays contiguous in local memory, so a CPU device gets SIMD code without
- * reassociating any sum, and the per-row softmax statistics are elementwise vector operations:
- *   backward kv  scores (query rows x key vectors) against K^T, staged once; V^T staged once too
- *                when it fits beside K^T (d <= CC_TROWS / 2) or d <= DT, else per query block in
- *                DT-column chunks; dV, dK by (key row, column vector).
- *   backward q   scores transposed against Q^T, staged once; dO^T staged like V^T above; dQ by
- *                (query row, column vector).
+ * Mapping of the forward and backward kernels: register micro-tiles (common.cl; the tuning's TM, TN,
+ * VW, NT), as in cl/forward.cl.
+ *   forward      scores transposed (key rows x query columns: K staged in DT-column chunks against
+ *                Q^T, staged once per work-group when d fits CC_TROWS), so the per-row softmax
+ *                statistics are lane-wise vector operations (no horizontal reductions); the
+ *                accumulator P V (query rows x columns of d) stays in registers, slab by slab of DT
+ *                columns, V staged row-major.
+ *   backward kv  S = Q K^T and dP = dO V^T (query rows x keys; K^T and V^T staged once per
+ *                work-group when four d-wide tiles fit its staging area), P and dS row-major in
+ *                local memory, then dV += P^T dO and dK += dS^T Q in registers slab by slab.
+ *   backward q   S^T = K Q^T and dP^T = V dO^T (Q^T, dO^T staged once when they fit), dS^T in local
+ *                memory, then dQ += dS K in registers slab by slab.
+ * The other kernels map one row and one vector of CC_VK columns to a work-item (CC_NT below), or a
+ * cache row to a team of lanes (decode).
  * Delta_t = dO_t . O_t is recomputed where it is needed (BLK d work per block pair, no workspace).
  *
  * Decode with a KV cache: castle_causal_append copies the new rows into the cache; then, for at most
@@ -31,7 +29,7 @@
  * when one block of new rows leaves the device idle.  Split work leaves unnormalised partials
  * (acc, m, l) that castle_causal_combine merges.
  *
- * Local memory (floats): BLK (CC_TROWS + DT + 2 BLK + 3) at most (host/tuning.c). */
+ * Local memory (floats): BLK (CC_TROWS + DT + 2 BLK + 3) at most (local_memory.h, host/tuning.c). */
 
 /* Shared with the C host, defined once there and passed as -D options (host/program.c):
    CASTLE_MAX_HEAD_DIM (castle.h), CASTLE_DECODE_ROWS and CASTLE_DECODE_GROUP (host/causal.h). */
@@ -91,54 +89,10 @@ typedef CASTLE_CAT(int, CC_VK) cc_ivec;
 #endif
 #endif
 
-#define CC_QG (BLK / CC_VK)                      /* vectors across a block */
-#define CC_RG (CC_NT / CC_QG)                    /* row groups: lid owns rows lid / CC_QG + m CC_RG */
-#define CC_RPW (BLK / CC_RG)                     /* rows per work-item (m < CC_RPW) */
-#define CC_UPW (BLK * (CC_DMAX / CC_VK) / CC_NT) /* accumulator units per work-item */
-
 /* The first n <= CC_VK elements at p as a vector (zeros beyond), and the first n lanes to p
    (common.cl). */
 #define cc_vload_part CASTLE_CAT(gload_n, CC_VK)
 #define cc_vstore_part CASTLE_CAT(gstore_n, CC_VK)
-
-/* sum_{c < n} x[c] t[c * BLK]: a row of global memory against a transposed local tile.  Four partial
-   sums (fixed order) keep four FMA chains in flight. */
-__attribute__((always_inline)) inline cc_vec cc_dot_t(__global const float *x, __local const float *t, int n)
-{
-    cc_vec y0 = 0.0f, y1 = 0.0f, y2 = 0.0f, y3 = 0.0f;
-    int c = 0;
-    for (; c + 4 <= n; c += 4) {
-        y0 += x[c] * CC_LOAD(t + c * BLK);
-        y1 += x[c + 1] * CC_LOAD(t + (c + 1) * BLK);
-        y2 += x[c + 2] * CC_LOAD(t + (c + 2) * BLK);
-        y3 += x[c + 3] * CC_LOAD(t + (c + 3) * BLK);
-    }
-    for (; c < n; ++c)
-        y0 += x[c] * CC_LOAD(t + c * BLK);
-    return (y0 + y1) + (y2 + y3);
-}
-
-/* acc + sum_{s0 <= s < s1} w[s * BLK] g[s * gs .. + CC_VK): weights from local memory against vectors
-   of global rows (row stride gs); `width` < CC_VK reads only the first width columns of each row.
-   Callers pass exactly the rows their output may see (the causal mask as a range): a masked row is
-   never read, so whatever it holds (NaN, Inf) cannot reach the sum through a zero weight. */
-__attribute__((always_inline)) inline cc_vec cc_axpy_rows(cc_vec acc, __local const float *w, __global const float *g,
-                                                          ulong gs, int s0, int s1, int width)
-{
-    cc_vec y0 = 0.0f, y1 = 0.0f, y2 = 0.0f, y3 = 0.0f;
-    int s = s0;
-    if (width >= CC_VK) {
-        for (; s + 4 <= s1; s += 4) {
-            y0 += w[s * BLK] * CC_LOAD(g + s * gs);
-            y1 += w[(s + 1) * BLK] * CC_LOAD(g + (s + 1) * gs);
-            y2 += w[(s + 2) * BLK] * CC_LOAD(g + (s + 2) * gs);
-            y3 += w[(s + 3) * BLK] * CC_LOAD(g + (s + 3) * gs);
-        }
-    }
-    for (; s < s1; ++s)
-        y0 += w[s * BLK] * cc_vload_part(g + s * gs, width);
-    return acc + ((y0 + y1) + (y2 + y3));
-}
 
 /* Offset of partial i (of P) of row `row` of batch x head bh: d accumulator columns, then m and l. */
 inline ulong cc_partial(int bh, int n, int row, int P, int i, int d)
@@ -169,36 +123,41 @@ inline float cc_row_dot(__global const float *a, __global const float *b, int d)
     return r;
 }
 
-/* Rows [row0, row0 + BLK) x columns [c0, c0 + ncols) of a row-major matrix (row stride rs) into
-   the transposed tile t[c * BLK + r]; rows >= nrows read as 0. */
-inline void cc_load_t(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int ncols)
-{
-    for (int e = get_local_id(0); e < ncols * BLK; e += CC_NT) {
-        const int r = e % BLK, c = e / BLK;
-        t[e] = row0 + r < nrows ? p[(ulong)(row0 + r) * rs + c0 + c] : 0.0f;
-    }
-}
-
 /* x with -INFINITY lanes replaced by 0: the reference point of a softmax that has seen no key. */
 inline vfloat cc_finite_or_zero(vfloat x) { return select(x, (vfloat)(0.0f), isinf(x)); }
 
-/* The forward kernel's mapping (common.cl, "Register micro-tiles"): the BLK x BLK score block of a key
-   block, computed transposed (key rows x query columns), and every BLK x DT slab of the accumulator
-   (query rows x columns of d) are split into micro-tiles of TM rows x TN vectors of VW columns;
-   work-item lid owns micro-tiles lid + m NT of each. */
-#define CF_FU ((BLK / TM) * (BLK / MT_COLS)) /* micro-tiles of the score block */
-#define CF_FUC ((BLK / TM) * (DT / MT_COLS)) /* micro-tiles of a BLK x DT accumulator slab */
-#if (CF_FU % NT) != 0 || (CF_FUC % NT) != 0
-#error "causal.cl: NT x TM x TN x VW must divide BLK*BLK and BLK*DT"
-#endif
-#define CF_PT (CF_FU / NT)                   /* score micro-tiles per work-item */
-#define CF_PC (CF_FUC / NT)                  /* accumulator micro-tiles per work-item and slab */
-#define CF_NCH ((CC_DMAX + DT - 1) / DT)     /* slabs of the widest head */
-#define CF_RG (BLK / TM)                     /* rows of micro-tiles in the score block */
+/* The block kernels' mapping (common.cl, "Register micro-tiles"): the BLK x BLK score block of a block
+   pair and every BLK x DT slab of an accumulator (rows of the block x columns of d) are split into
+   micro-tiles of TM rows x TN vectors of VW columns; work-item lid owns micro-tiles lid + m NT of
+   each (m < FUPT, m < FUPC). */
+#define CF_NCH ((CC_DMAX + DT - 1) / DT) /* slabs of the widest head */
+#define CF_RG (BLK / TM)                 /* rows of micro-tiles in the score block */
 /* K is the A operand of S^T = K Q^T, staged as MT_AT says (common.cl). */
 #if CC_TROWS < DT
 #error "causal.cl: the Q^T tile must hold a d chunk (DT <= CASTLE_MAX_HEAD_DIM)"
 #endif
+
+/* Writes the accumulators acc of a BLK x d block (CF_NCH slabs x FUPC micro-tiles, as the forward's
+   acc) to its rows < nrows at out (row stride rs), each value times sc, then divided by div[row] when
+   div_rows. */
+__attribute__((always_inline)) inline void cc_store_acc(const vfloat *acc, __global float *out, const ulong rs,
+                                                        const int nrows, const int d, const float sc,
+                                                        __local const float *div, const bool div_rows)
+{
+    const int lid = get_local_id(0);
+#pragma unroll
+    for (int ci = 0; ci < CF_NCH; ++ci)
+        for (int m = 0; m < FUPC; ++m) {
+            const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
+            for (int e = 0; e < MT_ACC; ++e) {
+                const int row = row0 + e / TN, c = ci * DT + col0 + (e % TN) * VW;
+                if (row >= nrows || c >= d)
+                    continue;
+                const vfloat x = acc[(ci * FUPC + m) * MT_ACC + e] * sc;
+                gstore_part(div_rows ? x / div[row] : x, out + (ulong)row * rs + c, d - c);
+            }
+        }
+}
 
 /* As mt_product over a whole block (k1 = BLK), except that row row0 + i of the micro-tile takes only
    the terms kk <= lim + i (lim = row0 + the shift of the causal diagonal): the terms of masked keys
@@ -266,18 +225,18 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
         stage_tile(Qt, pq, sq.z, 0, qrows, 0, dpad, d, true);
     if (lid < BLK)
         sM[lid] = -INFINITY;
-    vfloat acc[CF_NCH * CF_PC * MT_ACC]; /* slab ci, micro-tile m: acc[(ci CF_PC + m) MT_ACC ..] */
-    vfloat lpart[CF_PT * TN];            /* partial sums of l of each owned column vector */
-    for (int e = 0; e < CF_NCH * CF_PC * MT_ACC; ++e)
+    vfloat acc[CF_NCH * FUPC * MT_ACC]; /* slab ci, micro-tile m: acc[(ci FUPC + m) MT_ACC ..] */
+    vfloat lpart[FUPT * TN];            /* partial sums of l of each owned column vector */
+    for (int e = 0; e < CF_NCH * FUPC * MT_ACC; ++e)
         acc[e] = (vfloat)(0.0f);
-    for (int e = 0; e < CF_PT * TN; ++e)
+    for (int e = 0; e < FUPT * TN; ++e)
         lpart[e] = (vfloat)(0.0f);
     barrier(CLK_LOCAL_MEM_FENCE);
 
     for (int kb = kb0; kb < kb1; ++kb) {
         const int s0 = kb * BLK;
-        vfloat s[CF_PT * MT_ACC];
-        for (int m = 0; m < CF_PT; ++m)
+        vfloat s[FUPT * MT_ACC];
+        for (int m = 0; m < FUPT; ++m)
             mt_zero(s + m * MT_ACC);
         for (int c0 = 0; c0 < d; c0 += kw) {
             const int w = min(kw, dpad - c0);
@@ -286,7 +245,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             stage_tile(sT, pk, sk.z, s0, nkeys, c0, w, d, MT_AT);
             barrier(CLK_LOCAL_MEM_FENCE);
             __local const float *qc = qall ? Qt + c0 * BLK : Qt;
-            for (int m = 0; m < CF_PT; ++m) {
+            for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
                 for (int c = 0; c < w; c += DT) /* DT terms per call: a constant trip count */
                     mt_product(s + m * MT_ACC, MT_A(sT, row0, w, c), qc + c * BLK + col0, BLK, DT);
@@ -295,7 +254,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
         }
         /* Mask and scale (key s sees the query lanes at positions >= s), keep each tile's column
            maxima. */
-        for (int m = 0; m < CF_PT; ++m) {
+        for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int j = 0; j < TN; ++j) {
                 vfloat mx = (vfloat)(-INFINITY);
@@ -320,7 +279,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             VSTORE(m_new, sM + u * VW);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int m = 0; m < CF_PT; ++m) {
+        for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int j = 0; j < TN; ++j) {
                 const int cv = col0 + j * VW;
@@ -349,9 +308,9 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
                 const int c0 = ci * DT - cv;
                 if (c0 >= w)
                     break;
-                for (int m = 0; m < CF_PC; ++m) {
+                for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
-                    vfloat *a = acc + (ci * CF_PC + m) * MT_ACC;
+                    vfloat *a = acc + (ci * FUPC + m) * MT_ACC;
                     for (int e = 0; e < MT_ACC; ++e)
                         a[e] *= sA[row0 + e / TN];
                     if (all_seen)
@@ -364,7 +323,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
         }
     }
 
-    for (int m = 0; m < CF_PT; ++m) {
+    for (int m = 0; m < FUPT; ++m) {
         const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
         for (int j = 0; j < TN; ++j)
             VSTORE(lpart[m * TN + j], sR + (row0 / TM) * BLK + col0 + j * VW);
@@ -384,21 +343,11 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
         pp[d] = sM[lid];
         pp[d + 1] = sL[lid];
     }
-#pragma unroll
-    for (int ci = 0; ci < CF_NCH; ++ci)
-        for (int m = 0; m < CF_PC; ++m) {
-            const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
-            for (int e = 0; e < MT_ACC; ++e) {
-                const int row = row0 + e / TN, c = ci * DT + col0 + (e % TN) * VW;
-                if (row >= qrows || c >= d)
-                    continue;
-                const vfloat x = acc[(ci * CF_PC + m) * MT_ACC + e];
-                if (nsplit == 1)
-                    gstore_part(x / sL[row], o + tensor_offset(so, b, h, q0 + row) + c, d - c);
-                else
-                    gstore_part(x, part + cc_partial(bh, n, q0 + row, nsplit, sp, d) + c, d - c);
-            }
-        }
+    if (nsplit == 1)
+        cc_store_acc(acc, o + tensor_offset(so, b, h, q0), so.z, qrows, d, 1.0f, sL, true);
+    else /* partial sp of row r at cc_partial(.., r, ..): rows nsplit (d + 2) floats apart */
+        cc_store_acc(acc, part + cc_partial(bh, n, q0, nsplit, sp, d), (ulong)nsplit * (d + 2), qrows, d, 1.0f, sL,
+                     false);
 }
 
 /* Decode of n <= CC_DQ new rows (positions t0..t0+n-1) against the cache's keys 0..t0+n-1.
@@ -640,10 +589,82 @@ void castle_causal_append(const int n, const int t0, const int d, const int H,
     }
 }
 
+/* ---- Backward ---------------------------------------------------------------------------------
+ * Both kernels on the forward's micro-tiles: the two score products of a block pair, S and dP
+ * (cc_scores), then the gradient products, their BLK x d accumulators in registers slab by slab of
+ * DT columns (CF_NCH x FUPC micro-tiles per work-item, the slab loop left rolled as in the forward).
+ * The staging area T of (CC_TROWS + DT) BLK floats holds the score operands: the two B operands
+ * (transposed) that stay the same for the whole work-group and the two A operands of the current
+ * block (as MT_AT says), each CC_BW columns wide, all of d at once when four such tiles fit
+ * (CC_RES: the B operands are staged once per work-group); else everything CC_BW columns at a time.
+ * The gradient products stage their row-major B operands in what is left of T. */
+#if CC_TROWS < 3 * DT
+#error "causal.cl: the backward's staging area must hold four d chunks"
+#endif
+#define CC_ST (CC_TROWS + DT) /* columns of BLK floats in T */
+
+/* s = A1 B1^T and g = A2 B2^T over the micro-tiles lid + m NT of the BLK x BLK block (s, g: FUPT
+   micro-tiles each, zeroed here), where A1, A2 are the rows [ra, ra + BLK) of a1, a2 (row strides
+   sa1, sa2; rows >= na read as 0) and B1, B2 the rows [rb, rb + BLK) of b1, b2 (rows >= nb read as
+   0).  T: B1^T, B2^T (bw columns each), then A1, A2 (w columns each); with res the B tiles hold all
+   of d (bw = dpad), staged by the caller (cc_stage_b) before the first call. */
+__attribute__((always_inline)) inline void cc_scores(vfloat *s, vfloat *g, __local float *T, const bool res,
+                                                     const int w, const int dpad, const int d,
+                                                     __global const float *a1, const ulong sa1,
+                                                     __global const float *a2, const ulong sa2, const int ra,
+                                                     const int na, __global const float *b1, const ulong sb1,
+                                                     __global const float *b2, const ulong sb2, const int rb,
+                                                     const int nb)
+{
+    const int lid = get_local_id(0), bw = res ? dpad : w;
+    __local float *tb2 = T + bw * BLK, *ta1 = T + 2 * bw * BLK, *ta2 = ta1 + w * BLK;
+    for (int m = 0; m < FUPT; ++m) {
+        mt_zero(s + m * MT_ACC);
+        mt_zero(g + m * MT_ACC);
+    }
+    for (int c0 = 0; c0 < d; c0 += w) {
+        const int wc = min(w, dpad - c0), bc = res ? c0 : 0; /* B's column c0 + c at bc + c */
+        if (!res) {
+            stage_tile(T, b1, sb1, rb, nb, c0, wc, d, true);
+            stage_tile(tb2, b2, sb2, rb, nb, c0, wc, d, true);
+        }
+        stage_tile(ta1, a1, sa1, ra, na, c0, wc, d, MT_AT);
+        stage_tile(ta2, a2, sa2, ra, na, c0, wc, d, MT_AT);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int m = 0; m < FUPT; ++m) {
+            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            for (int c = 0; c < wc; c += DT) { /* DT terms per call: a constant trip count */
+                mt_product(s + m * MT_ACC, MT_A(ta1, row0, wc, c), T + (bc + c) * BLK + col0, BLK, DT);
+                mt_product(g + m * MT_ACC, MT_A(ta2, row0, wc, c), tb2 + (bc + c) * BLK + col0, BLK, DT);
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+/* The B operands of cc_scores, all of d (dpad columns each), when they stay for the whole work-group
+   (published by cc_scores's first barrier). */
+inline void cc_stage_b(__local float *T, const int dpad, const int d, __global const float *b1, const ulong sb1,
+                       __global const float *b2, const ulong sb2, const int rb, const int nb)
+{
+    stage_tile(T, b1, sb1, rb, nb, 0, dpad, d, true);
+    stage_tile(T + dpad * BLK, b2, sb2, rb, nb, 0, dpad, d, true);
+}
+
+/* Columns of d per staging step of cc_scores and of the gradient products (nb row-major tiles each):
+   with res all of d, else as many DT chunks as T holds. */
+#define CC_RES(dpad) (4 * (dpad) <= CC_ST)
+#define CC_W1(dpad) (CC_RES(dpad) ? (dpad) : CC_ST / (4 * DT) * DT)
+#define CC_W2(dpad, nb) (CC_RES(dpad) ? (dpad) : min((dpad), CC_ST / ((nb) * DT) * DT))
+
 /* Backward, key side: work-group (j, bh) owns key block j (the longest first) and loops over the
- * query blocks i >= j:  P = exp(sc Q_i K_j^T - lse_i),  dP = dO_i V_j^T,  dS = P (dP - Delta_i),
- * dV_j += P^T dO_i,  dK_j += sc dS^T Q_i. */
-__kernel __attribute__((reqd_work_group_size(CC_NT, 1, 1)))
+ * query blocks i >= j:  S = Q_i K_j^T,  P = exp(sc S - lse_i),  dP = dO_i V_j^T,  dS = P (dP - Delta_i)
+ * (query rows x keys, written row-major to sP and sD, masked entries and rows past L 0), then
+ * dV_j += P^T dO_i and dK_j += dS^T Q_i (A = P^T, dS^T read k-major from sP, sD; dO_i and Q_i staged
+ * row-major).  On the diagonal block key s0 + r takes only the query rows from s0 + r on
+ * (mt_product_from): a masked term is skipped, never multiplied by a zero weight; dK = sc dK at the
+ * end. */
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_causal_backward_kv(const int L, const int d, const int H, const float sc,
                                __global const float *q, const ulong4 sq,
                                __global const float *k, const ulong4 sk,
@@ -654,118 +675,93 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
                                __global float *dk, const ulong4 sdk,
                                __global float *dv, const ulong4 sdv)
 {
-    __local float Kt[CC_TROWS * BLK]; /* K_j^T, CC_TROWS columns at a time: Kt[c * BLK + key] */
-    __local float Vc[DT * BLK];   /* V_j^T, DT columns at a time when it does not fit beside K_j^T */
-    __local float sP[BLK * BLK];  /* P[row * BLK + key] */
-    __local float sD[BLK * BLK];  /* dS[row * BLK + key] */
+    __local float T[CC_ST * BLK];
+    __local float sP[BLK * BLK]; /* P[row * BLK + key] */
+    __local float sD[BLK * BLK]; /* dS[row * BLK + key] */
     __local float sLse[BLK], sDel[BLK];
     const int lid = get_local_id(0);
     const int N = (L + BLK - 1) / BLK, kb = get_group_id(0), bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;
     const int s0 = kb * BLK, krows = min(BLK, L - s0);
     __global const float *pq = q + tensor_offset(sq, b, h, 0);
-    __global const float *pk = k + tensor_offset(sk, b, h, s0);
-    __global const float *pv = v + tensor_offset(sv, b, h, s0);
+    __global const float *pk = k + tensor_offset(sk, b, h, 0);
+    __global const float *pv = v + tensor_offset(sv, b, h, 0);
     __global const float *po = o + tensor_offset(so, b, h, 0);
     __global const float *pdo = dO + tensor_offset(sdo, b, h, 0);
-    const int vg = lid % CC_QG, rg = lid / CC_QG;
-    const cc_ivec key = (cc_ivec)(s0 + vg * CC_VK) + CC_IOTA; /* this work-item's key lanes */
-
-    /* K_j^T is staged once when d <= CC_TROWS, else CC_TROWS columns at a time for every query block;
-       V_j^T once, after K_j^T in Kt when 2 d <= CC_TROWS, else in Vc when d <= DT, otherwise DT
-       columns at a time. */
-    const int kstep = min(d, CC_TROWS), step = 2 * d <= CC_TROWS || d <= DT ? d : DT;
-    __local float *Vt = 2 * d <= CC_TROWS ? Kt + d * BLK : Vc;
-    if (kstep == d)
-        cc_load_t(Kt, pk, sk.z, 0, krows, 0, d);
-    if (step == d)
-        cc_load_t(Vt, pv, sv.z, 0, krows, 0, d);
-    cc_vec accK[CC_UPW], accV[CC_UPW];
-    for (int u = 0; u < CC_UPW; ++u)
-        accK[u] = accV[u] = 0.0f;
-    barrier(CLK_LOCAL_MEM_FENCE);
+    const vfloat lane = lane_index();
+    const int dpad = (d + DT - 1) / DT * DT;
+    const bool res = CC_RES(dpad);
+    const int w1 = CC_W1(dpad), w2 = CC_W2(dpad, 2);
+    __local float *R = T + (res ? 2 * dpad * BLK : 0); /* the gradient products' tiles: dO_i, Q_i */
+    if (res)
+        cc_stage_b(T, dpad, d, pk, sk.z, pv, sv.z, s0, L);
+    vfloat accK[CF_NCH * FUPC * MT_ACC], accV[CF_NCH * FUPC * MT_ACC]; /* as the forward's acc */
+    for (int e = 0; e < CF_NCH * FUPC * MT_ACC; ++e)
+        accK[e] = accV[e] = (vfloat)(0.0f);
 
     for (int qb = kb; qb < N; ++qb) {
         const int q0 = qb * BLK, qrows = min(BLK, L - q0);
-        if (lid < BLK) {
+        if (lid < BLK) { /* published by cc_scores's first barrier */
             const int t = q0 + lid;
             sDel[lid] = lid < qrows ? cc_row_dot(pdo + (ulong)t * sdo.z, po + (ulong)t * so.z, d) : 0.0f;
             sLse[lid] = lid < qrows ? lse[tensor_offset(slse, b, h, t)] : 0.0f;
         }
-        cc_vec s_[CC_RPW], g_[CC_RPW];
-        for (int m = 0; m < CC_RPW; ++m)
-            s_[m] = g_[m] = 0.0f;
-        for (int c0 = 0; c0 < d; c0 += kstep) {
-            const int nc = min(kstep, d - c0);
-            if (kstep < d) {
-                if (c0 > 0)
-                    barrier(CLK_LOCAL_MEM_FENCE);
-                cc_load_t(Kt, pk, sk.z, 0, krows, c0, nc);
-                barrier(CLK_LOCAL_MEM_FENCE);
-            }
-            for (int m = 0; m < CC_RPW; ++m) {
-                const int row = rg + m * CC_RG;
-                if (row < qrows)
-                    s_[m] += cc_dot_t(pq + (ulong)(q0 + row) * sq.z + c0, Kt + vg * CC_VK, nc);
-            }
-        }
-        for (int c0 = 0; c0 < d; c0 += step) {
-            const int nc = min(step, d - c0);
-            if (step < d) {
-                if (c0 > 0)
-                    barrier(CLK_LOCAL_MEM_FENCE);
-                cc_load_t(Vt, pv, sv.z, 0, krows, c0, nc);
-            }
-            barrier(CLK_LOCAL_MEM_FENCE); /* also publishes sDel, sLse */
-            for (int m = 0; m < CC_RPW; ++m) {
-                const int row = rg + m * CC_RG;
-                if (row >= qrows)
-                    continue;
-                g_[m] += cc_dot_t(pdo + (ulong)(q0 + row) * sdo.z + c0, Vt + vg * CC_VK, nc);
+        vfloat s[FUPT * MT_ACC], g[FUPT * MT_ACC];
+        cc_scores(s, g, T, res, w1, dpad, d, pq, sq.z, pdo, sdo.z, q0, L, pk, sk.z, pv, sv.z, s0, L);
+        for (int m = 0; m < FUPT; ++m) {
+            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            for (int i = 0; i < TM; ++i) {
+                const int row = row0 + i;
+                const float lr = sLse[row], dr = sDel[row];
+                for (int j = 0; j < TN; ++j) {
+                    const int e = m * MT_ACC + i * TN + j, c = col0 + j * VW;
+                    /* key s0 + c + lane > query q0 + row: compared as a small difference, exact in float */
+                    const vint masked = VISGREATER(lane, (vfloat)(float)clamp(q0 + row - s0 - c, -1, BLK));
+                    vfloat p = select(exp(s[e] * sc - lr), (vfloat)(0.0f), masked);
+                    vfloat ds = select(p * (g[e] - dr), (vfloat)(0.0f), masked);
+                    if (row >= qrows)
+                        p = ds = (vfloat)(0.0f);
+                    VSTORE(p, sP + row * BLK + c);
+                    VSTORE(ds, sD + row * BLK + c);
+                }
             }
         }
-        for (int m = 0; m < CC_RPW; ++m) {
-            const int row = rg + m * CC_RG;
-            cc_vec p = 0.0f, ds = 0.0f;
-            if (row < qrows) {
-                const cc_ivec masked = key > (cc_ivec)(q0 + row);
-                p = select(exp(s_[m] * sc - sLse[row]), (cc_vec)0.0f, masked);
-                ds = select(p * (g_[m] - sDel[row]), (cc_vec)0.0f, masked);
+        const bool diag = qb == kb; /* uniform */
+        for (int cv = 0; cv < d; cv += w2) {
+            const int w = min(w2, dpad - cv);
+            stage_tile(R, pdo, sdo.z, q0, L, cv, w, d, false);
+            stage_tile(R + w * BLK, pq, sq.z, q0, L, cv, w, d, false);
+            barrier(CLK_LOCAL_MEM_FENCE); /* also publishes sP, sD */
+            for (int ci = cv / DT; ci < CF_NCH; ++ci) { /* the slabs of this staging step */
+                const int c0 = ci * DT - cv;
+                if (c0 >= w)
+                    break;
+                for (int m = 0; m < FUPC; ++m) {
+                    const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
+                    vfloat *av = accV + (ci * FUPC + m) * MT_ACC, *ak = accK + (ci * FUPC + m) * MT_ACC;
+                    if (diag) { /* key row0 + i takes the query rows kk >= row0 + i */
+                        mt_product_from(av, sP + row0, BLK, R + c0 + col0, w, row0, 0, 0, false, lane);
+                        mt_product_from(ak, sD + row0, BLK, R + w * BLK + c0 + col0, w, row0, 0, 0, false, lane);
+                    } else {
+                        mt_product(av, sP + row0, BLK, R + c0 + col0, w, BLK);
+                        mt_product(ak, sD + row0, BLK, R + w * BLK + c0 + col0, w, BLK);
+                    }
+                }
             }
-            CC_STORE(p, sP + row * BLK + vg * CC_VK);
-            CC_STORE(ds, sD + row * BLK + vg * CC_VK);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int u = 0; u < CC_UPW; ++u) {
-            const int unit = lid + u * CC_NT, kr = unit % BLK, c0 = unit / BLK * CC_VK;
-            if (c0 >= d || kr >= krows)
-                continue;
-            /* query rows s0 + kr .. of this block: the earlier ones do not see key kr */
-            __global const float *pdob = pdo + (ulong)q0 * sdo.z + c0, *pqb = pq + (ulong)q0 * sq.z + c0;
-            if (qb > kb) { /* off the diagonal every row sees the key: the same bounds for all work-items */
-                accV[u] = cc_axpy_rows(accV[u], sP + kr, pdob, sdo.z, 0, qrows, d - c0);
-                accK[u] = cc_axpy_rows(accK[u], sD + kr, pqb, sq.z, 0, qrows, d - c0);
-            } else {
-                const int first = clamp(s0 + kr - q0, 0, qrows);
-                accV[u] = cc_axpy_rows(accV[u], sP + kr, pdob, sdo.z, first, qrows, d - c0);
-                accK[u] = cc_axpy_rows(accK[u], sD + kr, pqb, sq.z, first, qrows, d - c0);
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    for (int u = 0; u < CC_UPW; ++u) {
-        const int unit = lid + u * CC_NT, kr = unit % BLK, c0 = unit / BLK * CC_VK;
-        if (c0 < d && kr < krows) {
-            cc_vstore_part(accK[u] * sc, dk + tensor_offset(sdk, b, h, s0 + kr) + c0, d - c0);
-            cc_vstore_part(accV[u], dv + tensor_offset(sdv, b, h, s0 + kr) + c0, d - c0);
+            barrier(CLK_LOCAL_MEM_FENCE);
         }
     }
+    cc_store_acc(accK, dk + tensor_offset(sdk, b, h, s0), sdk.z, krows, d, sc, sLse, false);
+    cc_store_acc(accV, dv + tensor_offset(sdv, b, h, s0), sdv.z, krows, d, 1.0f, sLse, false);
 }
 
 /* Backward, query side: work-group (g, bh) owns query block i = N-1-g (the longest first) and loops
- * over the key blocks j <= i:  dQ_i += sc dS K_j  with dS as in castle_causal_backward_kv (computed
- * transposed: key rows x query vectors). */
-__kernel __attribute__((reqd_work_group_size(CC_NT, 1, 1)))
+ * over the key blocks j <= i:  dQ_i += sc dS K_j  with dS as in castle_causal_backward_kv, computed
+ * transposed (S^T = K_j Q_i^T, dP^T = V_j dO_i^T: key rows x query columns, Q_i^T and dO_i^T staged
+ * once when they fit), so that lse and Delta are per-lane vectors; dS^T goes to sD, from which it is
+ * the k-major A operand of dS K_j (K_j staged row-major).  On the diagonal block row r takes only the
+ * keys up to r (cc_product_until). */
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_causal_backward_q(const int L, const int d, const int H, const float sc,
                               __global const float *q, const ulong4 sq,
                               __global const float *k, const ulong4 sk,
@@ -775,98 +771,71 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
                               __global const float *dO, const ulong4 sdo,
                               __global float *dq, const ulong4 sdq)
 {
-    __local float Qt[CC_TROWS * BLK]; /* Q_i^T, CC_TROWS columns at a time: Qt[c * BLK + row] */
-    __local float dOc[DT * BLK];  /* dO_i^T, DT columns at a time when it does not fit beside Q_i^T */
-    __local float sD[BLK * BLK];  /* dS^T[key * BLK + row] */
+    __local float T[CC_ST * BLK];
+    __local float sD[BLK * BLK]; /* dS^T[key * BLK + row] */
     __local float sLse[BLK], sDel[BLK];
     const int lid = get_local_id(0);
     const int N = (L + BLK - 1) / BLK, qb = N - 1 - (int)get_group_id(0), bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;
     const int q0 = qb * BLK, qrows = min(BLK, L - q0);
-    __global const float *pq = q + tensor_offset(sq, b, h, q0);
+    __global const float *pq = q + tensor_offset(sq, b, h, 0);
     __global const float *pk = k + tensor_offset(sk, b, h, 0);
     __global const float *pv = v + tensor_offset(sv, b, h, 0);
-    __global const float *pdo = dO + tensor_offset(sdo, b, h, q0);
-    const int vg = lid % CC_QG, rg = lid / CC_QG;
-    const cc_ivec pos = (cc_ivec)(q0 + vg * CC_VK) + CC_IOTA; /* this work-item's query lanes */
-
-    /* Q_i^T and dO_i^T staged as K_j^T and V_j^T in castle_causal_backward_kv. */
-    const int qstep = min(d, CC_TROWS), step = 2 * d <= CC_TROWS || d <= DT ? d : DT;
-    __local float *dOt = 2 * d <= CC_TROWS ? Qt + d * BLK : dOc;
-    if (qstep == d)
-        cc_load_t(Qt, pq, sq.z, 0, qrows, 0, d);
-    if (step == d)
-        cc_load_t(dOt, pdo, sdo.z, 0, qrows, 0, d);
+    __global const float *pdo = dO + tensor_offset(sdo, b, h, 0);
+    const vfloat lane = lane_index();
+    const int dpad = (d + DT - 1) / DT * DT;
+    const bool res = CC_RES(dpad);
+    const int w1 = CC_W1(dpad), w2 = CC_W2(dpad, 1);
+    __local float *R = T + (res ? 2 * dpad * BLK : 0); /* the dQ product's tile: K_j */
+    if (res)
+        cc_stage_b(T, dpad, d, pq, sq.z, pdo, sdo.z, q0, L);
     if (lid < BLK) { /* rows past L: lse = +inf makes their P 0 */
         const int t = q0 + lid;
-        sDel[lid] = lid < qrows ? cc_row_dot(pdo + (ulong)lid * sdo.z, o + tensor_offset(so, b, h, t), d) : 0.0f;
+        sDel[lid] = lid < qrows ? cc_row_dot(pdo + (ulong)t * sdo.z, o + tensor_offset(so, b, h, t), d) : 0.0f;
         sLse[lid] = lid < qrows ? lse[tensor_offset(slse, b, h, t)] : INFINITY;
     }
-    cc_vec acc[CC_UPW];
-    for (int u = 0; u < CC_UPW; ++u)
-        acc[u] = 0.0f;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const cc_vec lsev = CC_LOAD(sLse + vg * CC_VK), delv = CC_LOAD(sDel + vg * CC_VK);
+    vfloat acc[CF_NCH * FUPC * MT_ACC];
+    for (int e = 0; e < CF_NCH * FUPC * MT_ACC; ++e)
+        acc[e] = (vfloat)(0.0f);
 
     for (int kb = 0; kb <= qb; ++kb) {
-        const int s0 = kb * BLK, krows = min(BLK, L - s0);
-        cc_vec s_[CC_RPW], g_[CC_RPW];
-        for (int m = 0; m < CC_RPW; ++m)
-            s_[m] = g_[m] = 0.0f;
-        for (int c0 = 0; c0 < d; c0 += qstep) {
-            const int nc = min(qstep, d - c0);
-            if (qstep < d) {
-                if (c0 > 0)
-                    barrier(CLK_LOCAL_MEM_FENCE);
-                cc_load_t(Qt, pq, sq.z, 0, qrows, c0, nc);
-                barrier(CLK_LOCAL_MEM_FENCE);
-            }
-            for (int m = 0; m < CC_RPW; ++m) {
-                const int kr = rg + m * CC_RG;
-                if (kr < krows)
-                    s_[m] += cc_dot_t(pk + (ulong)(s0 + kr) * sk.z + c0, Qt + vg * CC_VK, nc);
-            }
-        }
-        for (int c0 = 0; c0 < d; c0 += step) {
-            const int nc = min(step, d - c0);
-            if (step < d) {
-                if (c0 > 0)
-                    barrier(CLK_LOCAL_MEM_FENCE);
-                cc_load_t(dOt, pdo, sdo.z, 0, qrows, c0, nc);
-                barrier(CLK_LOCAL_MEM_FENCE);
-            }
-            for (int m = 0; m < CC_RPW; ++m) {
-                const int kr = rg + m * CC_RG;
-                if (kr >= krows)
-                    continue;
-                g_[m] += cc_dot_t(pv + (ulong)(s0 + kr) * sv.z + c0, dOt + vg * CC_VK, nc);
+        const int s0 = kb * BLK;
+        vfloat s[FUPT * MT_ACC], g[FUPT * MT_ACC];
+        cc_scores(s, g, T, res, w1, dpad, d, pk, sk.z, pv, sv.z, s0, L, pq, sq.z, pdo, sdo.z, q0, L);
+        for (int m = 0; m < FUPT; ++m) {
+            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            for (int j = 0; j < TN; ++j) {
+                const int c = col0 + j * VW;
+                const vfloat lr = VLOAD(sLse + c), dr = VLOAD(sDel + c);
+                for (int i = 0; i < TM; ++i) {
+                    const int e = m * MT_ACC + i * TN + j;
+                    /* key s0 + row0 + i > query q0 + c + lane: compared as a small difference */
+                    const vint masked = VISGREATER((vfloat)(float)clamp(s0 + row0 + i - q0 - c, -1, BLK), lane);
+                    VSTORE(select(exp(s[e] * sc - lr) * (g[e] - dr), (vfloat)(0.0f), masked),
+                           sD + (row0 + i) * BLK + c);
+                }
             }
         }
-        for (int m = 0; m < CC_RPW; ++m) {
-            const int kr = rg + m * CC_RG;
-            cc_vec ds = 0.0f;
-            if (kr < krows) {
-                const cc_ivec masked = (cc_ivec)(s0 + kr) > pos;
-                ds = select(exp(s_[m] * sc - lsev) * (g_[m] - delv), (cc_vec)0.0f, masked);
+        const bool diag = kb == qb; /* uniform */
+        for (int cv = 0; cv < d; cv += w2) {
+            const int w = min(w2, dpad - cv);
+            stage_tile(R, pk, sk.z, s0, L, cv, w, d, false);
+            barrier(CLK_LOCAL_MEM_FENCE); /* also publishes sD */
+            for (int ci = cv / DT; ci < CF_NCH; ++ci) {
+                const int c0 = ci * DT - cv;
+                if (c0 >= w)
+                    break;
+                for (int m = 0; m < FUPC; ++m) {
+                    const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
+                    vfloat *a = acc + (ci * FUPC + m) * MT_ACC;
+                    if (diag) /* row row0 + i takes the keys kk <= row0 + i */
+                        cc_product_until(a, sD + row0, BLK, R + c0 + col0, w, row0);
+                    else
+                        mt_product(a, sD + row0, BLK, R + c0 + col0, w, BLK);
+                }
             }
-            CC_STORE(ds, sD + kr * BLK + vg * CC_VK);
+            barrier(CLK_LOCAL_MEM_FENCE);
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int u = 0; u < CC_UPW; ++u) {
-            const int unit = lid + u * CC_NT, row = unit % BLK, c0 = unit / BLK * CC_VK;
-            if (c0 >= d || row >= qrows)
-                continue;
-            __global const float *pkb = pk + (ulong)s0 * sk.z + c0;
-            if (kb < qb) /* off the diagonal: the same bounds for all work-items */
-                acc[u] = cc_axpy_rows(acc[u], sD + row, pkb, sk.z, 0, krows, d - c0);
-            else /* keys s0 .. q0 + row */
-                acc[u] = cc_axpy_rows(acc[u], sD + row, pkb, sk.z, 0, clamp(q0 + row + 1 - s0, 0, krows), d - c0);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
     }
-    for (int u = 0; u < CC_UPW; ++u) {
-        const int unit = lid + u * CC_NT, row = unit % BLK, c0 = unit / BLK * CC_VK;
-        if (c0 < d && row < qrows)
-            cc_vstore_part(acc[u] * sc, dq + tensor_offset(sdq, b, h, q0 + row) + c0, d - c0);
-    }
+    cc_store_acc(acc, dq + tensor_offset(sdq, b, h, q0), sdq.z, qrows, d, sc, sLse, false);
 }

@@ -4,7 +4,8 @@
 # guard regions included), a forward + backward through castle-run, folded and per-diagonal, under
 # the CPU mapping and the GPU mapping (register micro-tiles, tuning tm=4 tn=4 vector=1), a
 # prefill + decode through the UQ-KV cache (on both mappings), a prefill of ragged prompts (the cache's
-# gated U pass, both mappings), and the causal baseline's four operations.
+# gated U pass, both mappings), and the causal baseline's four operations (its backward also on the GPU
+# mapping).
 # Oclgrind's device has 32 KiB of local memory, so this also runs the library's shrunk tuning.
 # usage: oclgrind.sh <build-dir>
 set -euo pipefail
@@ -57,5 +58,8 @@ done
 # the causal baseline: forward, backward, prefill, decode
 og "$build/tools/castle-bench" --impls causal --L 40 --t 40 --heads 2 --repeat 1 --gemm 0 >/dev/null ||
     report "castle-bench (causal) failed under Oclgrind"
+# its backward on the GPU mapping: the score operands staged once per work-group (d = 20 fits), ragged d
+CASTLE_TUNING=$gpu og "$build/tools/castle-bench" --impls causal --ops backward --L 40 --d 20 --heads 2 --repeat 1 \
+    --gemm 0 >/dev/null || report "castle-bench (causal backward, GPU mapping) failed under Oclgrind"
 [ -s "$log" ] && report "Oclgrind found problems"
 echo "oclgrind: no data races, out-of-bounds accesses or API errors; self-test PASS"

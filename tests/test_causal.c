@@ -11,7 +11,9 @@
  *              from an empty cache; a long cache whose keys are split among work-groups.
  *   queue      an out-of-order queue with events between the calls gives the same bits.
  *   causality  a NaN or Inf in q, k or v at token r leaves every output row before r bitwise as it
- *              was, in the forward pass and in prefill + decode (masked keys are never read).
+ *              was, in the forward pass and in prefill + decode (masked keys are never read); in the
+ *              backward pass (q, k, v or dO poisoned) the rows of dQ before r, and for q or dO the
+ *              rows of dK and dV after r.
  *   api        the KV cache's capacity (CASTLE_ERR_CACHE_FULL, nothing changed), CACHE_NOT_EMPTY,
  *              SHAPE_MISMATCH, reset, bytes, length, destroy(NULL); argument errors. */
 #include "conformance_check.h"
@@ -332,11 +334,11 @@ START_TEST(test_forward_window_ignored)
 }
 END_TEST
 
-/* Rows [0, r) of the logical (B*H, L, w) arrays a and b are bitwise equal. */
-static bool same_prefix(const float *a, const float *b, size_t BH, size_t L, size_t w, size_t r)
+/* Rows [r0, r1) of the logical (B*H, L, w) arrays a and b are bitwise equal. */
+static bool same_rows(const float *a, const float *b, size_t BH, size_t L, size_t w, size_t r0, size_t r1)
 {
     for (size_t bh = 0; bh < BH; ++bh)
-        if (memcmp(a + bh * L * w, b + bh * L * w, r * w * sizeof(float)))
+        if (r1 > r0 && memcmp(a + (bh * L + r0) * w, b + (bh * L + r0) * w, (r1 - r0) * w * sizeof(float)))
             return false;
     return true;
 }
@@ -362,7 +364,7 @@ START_TEST(test_forward_causality)
             poison.value = poison_values[v];
             float *o, *l;
             run_forward(&c, 0, &o, &l);
-            ck_assert_msg(same_prefix(o, o0, BH, c.L, c.d, poison.row) && same_prefix(l, l0, BH, c.L, 1, poison.row),
+            ck_assert_msg(same_rows(o, o0, BH, c.L, c.d, 0, poison.row) && same_rows(l, l0, BH, c.L, 1, 0, poison.row),
                           "forward: %g in tensor %d at row %zu changed an earlier row", (double)poison.value,
                           poison.tensor, poison.row);
             free(o);
@@ -400,6 +402,41 @@ static void run_backward(const cz_case *c, cl_command_queue q, float *g[3])
     free(io_out(&x, c, CASTLE_TENSOR_LSE));
     io_free(&x);
 }
+
+/* A NaN or Inf at token r of one input (the forward runs on it too) reaches only the gradient rows
+   that depend on it: dQ rows before r stay bitwise as they were, and for a poisoned q or dO also
+   the dK and dV rows after r (key s sees the queries from s on).  Masked terms, the diagonal block's
+   included, are skipped, never multiplied by a zero weight. */
+START_TEST(test_backward_causality)
+{
+    const cz_case c = {2, 2, 100, 33, H_BHLD, 1, 0, 43};
+    const size_t BH = c.B * c.H;
+    float *g0[3];
+    run_backward(&c, h_queue(), g0);
+    static const int tensors[] = {CASTLE_TENSOR_QC, CASTLE_TENSOR_KC, CASTLE_TENSOR_VC, CASTLE_TENSOR_DO};
+    for (int t = 0; t < 4; ++t)
+        for (int v = 0; v < 3; ++v) {
+            poison.tensor = tensors[t];
+            poison.row = poison_rows[_i];
+            poison.value = poison_values[v];
+            float *g[3];
+            run_backward(&c, h_queue(), g);
+            const bool query_side = tensors[t] == CASTLE_TENSOR_QC || tensors[t] == CASTLE_TENSOR_DO;
+            ck_assert_msg(same_rows(g[0], g0[0], BH, c.L, c.d, 0, poison.row),
+                          "backward: %g in tensor %d at row %zu changed an earlier row of dQ", (double)poison.value,
+                          poison.tensor, poison.row);
+            for (int i = 1; i < 3 && query_side; ++i)
+                ck_assert_msg(same_rows(g[i], g0[i], BH, c.L, c.d, poison.row + 1, c.L),
+                              "backward: %g in tensor %d at row %zu changed a later row of %s", (double)poison.value,
+                              poison.tensor, poison.row, i == 1 ? "dK" : "dV");
+            for (int i = 0; i < 3; ++i)
+                free(g[i]);
+        }
+    poison.tensor = -1;
+    for (int i = 0; i < 3; ++i)
+        free(g0[i]);
+}
+END_TEST
 
 /* Two runs give the same bits (no atomics), and so does an out-of-order queue with events between
    the launches. */
@@ -609,8 +646,8 @@ START_TEST(test_decode_causality)
                 poison.value = poison_values[v];
                 float *o, *l;
                 run_decode(&dc, kc, h_queue(), &o, &l);
-                ck_assert_msg(same_prefix(o, o0, BH, c->L, c->d, poison.row) &&
-                                  same_prefix(l, l0, BH, c->L, 1, poison.row),
+                ck_assert_msg(same_rows(o, o0, BH, c->L, c->d, 0, poison.row) &&
+                                  same_rows(l, l0, BH, c->L, 1, 0, poison.row),
                               "decode (chunk %zu): %g in tensor %d at row %zu changed an earlier row", dc.chunk,
                               (double)poison.value, poison.tensor, poison.row);
                 free(o);
@@ -749,6 +786,7 @@ Suite *causal_suite(void)
     tcase_set_timeout(tc, 300);
     CONFORMANCE_LOOP(tc, test_conformance_backward, CONF_CAUSAL_BACKWARD);
     tcase_add_test(tc, test_backward_reproducible);
+    tcase_add_loop_test(tc, test_backward_causality, 0, NPOISON_ROWS);
     suite_add_tcase(s, tc);
     tc = tcase_create("decode");
     tcase_set_timeout(tc, 300);
