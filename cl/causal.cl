@@ -29,7 +29,7 @@
  * when one block of new rows leaves the device idle.  Split work leaves unnormalised partials
  * (acc, m, l) that castle_causal_combine merges.
  *
- * Local memory (floats): BLK (CC_TROWS + DT + 2 BLK + 3) at most (local_memory.h, host/tuning.c). */
+ * Local memory (floats): CASTLE_LM_CAUSAL of local_memory.h at most (host/tuning.c checks it). */
 
 /* Shared with the C host, defined once there and passed as -D options (host/program.c):
    CASTLE_MAX_HEAD_DIM (castle.h), CASTLE_DECODE_ROWS and CASTLE_DECODE_GROUP (host/causal.h). */
@@ -593,15 +593,16 @@ void castle_causal_append(const int n, const int t0, const int d, const int H,
  * Both kernels on the forward's micro-tiles: the two score products of a block pair, S and dP
  * (cc_scores), then the gradient products, their BLK x d accumulators in registers slab by slab of
  * DT columns (CF_NCH x FUPC micro-tiles per work-item, the slab loop left rolled as in the forward).
- * The staging area T of (CC_TROWS + DT) BLK floats holds the score operands: the two B operands
+ * The staging area T of CC_ST x BLK floats (as wide as four d-wide tiles where local memory allows:
+ * d <= 192 on the CPU table entry, 64 on the GPU one) holds the score operands: the two B operands
  * (transposed) that stay the same for the whole work-group and the two A operands of the current
- * block (as MT_AT says), each CC_BW columns wide, all of d at once when four such tiles fit
- * (CC_RES: the B operands are staged once per work-group); else everything CC_BW columns at a time.
- * The gradient products stage their row-major B operands in what is left of T. */
-#if CC_TROWS < 3 * DT
+ * block (as MT_AT says), all of d at once when four such tiles fit (CC_RES: the B operands are
+ * staged once per work-group), else everything CC_W1 columns at a time.  The gradient products
+ * stage their row-major B operands in what is left of T. */
+#define CC_ST CASTLE_LM_CAUSAL_ST(BLK, DT, CC_DMAX) /* columns of BLK floats in T (local_memory.h) */
+#if CC_ST < 4 * DT
 #error "causal.cl: the backward's staging area must hold four d chunks"
 #endif
-#define CC_ST (CC_TROWS + DT) /* columns of BLK floats in T */
 
 /* s = A1 B1^T and g = A2 B2^T over the micro-tiles lid + m NT of the BLK x BLK block (s, g: FUPT
    micro-tiles each, zeroed here), where A1, A2 are the rows [ra, ra + BLK) of a1, a2 (row strides

@@ -17,10 +17,16 @@
 /* cl/backward.cl (its LM_BW): eight b x b matrices, seven b x c tiles, two rows. */
 #define CASTLE_LM_BACKWARD(b, c) (8 * (b) * (b) + 7 * (b) * (c) + 2 * (b))
 
-/* cl/causal.cl: b (CC_TROWS + c + 2 b + 3) bounds each of its kernels, with the transposed tile
-   CC_TROWS = min(dmax, 4 (b + c)) columns wide. */
+/* cl/causal.cl.  The forward: a transposed tile CC_TROWS = min(dmax, 4 (b + c)) columns wide and a
+   d chunk beside it.  The backward: a staging area CC_ST columns wide, room for four d-wide tiles
+   (4 dmax) as far as it stays within cl/backward.cl's need (6 b + 7 c - 1 columns: then the whole
+   is b (8 b + 7 c + 2) floats, CASTLE_LM_BACKWARD, so this family never raises CASTLE_LM_ANY).
+   Each kernel adds at most 2 b^2 + 3 b floats. */
 #define CASTLE_LM_CAUSAL_TROWS(b, c, dmax) (4 * ((b) + (c)) < (dmax) ? 4 * ((b) + (c)) : (dmax))
-#define CASTLE_LM_CAUSAL(b, c, dmax) ((b) * (CASTLE_LM_CAUSAL_TROWS(b, c, dmax) + (c) + 2 * (b) + 3))
+#define CASTLE_LM_CAUSAL_ST(b, c, dmax)                                                                \
+    (4 * (dmax) < 6 * (b) + 7 * (c) - 1 ? 4 * (dmax) : 6 * (b) + 7 * (c) - 1)
+#define CASTLE_LM_CAUSAL(b, c, dmax)                                                                   \
+    ((b) * (CASTLE_LM_MAX_(CASTLE_LM_CAUSAL_TROWS(b, c, dmax) + (c), CASTLE_LM_CAUSAL_ST(b, c, dmax)) + 2 * (b) + 3))
 
 /* Not a size, but shared the same way: partials per new row that one work-group of g work-items of
    castle_causal_decode (cl/causal.cl) leaves, under a tuning of vector width vw. */
