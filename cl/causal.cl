@@ -46,7 +46,8 @@
 #error "causal.cl: NT must be a multiple of BLK that divides BLK*BLK"
 #endif
 
-/* Work-group size CC_NT.  On SIMD CPUs (tuning vector VW > 1) fewer, wider work-items are faster:
+/* Work-group size CC_NT of the kernels off the micro-tiles (decode, combine, append; the forward and
+   backward kernels run NT).  On SIMD CPUs (tuning vector VW > 1) fewer, wider work-items are faster:
    BLK*BLK/16 of them, each with 16-wide vectors (PoCL: 4x the speed of 256 work-items with 4-wide
    vectors).  Elsewhere NT.  The host reads the size back from the kernel (reqd_work_group_size). */
 #if defined(VW) && VW > 1 && NT > BLK * BLK / (BLK < 16 ? BLK : 16)

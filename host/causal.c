@@ -24,7 +24,7 @@
    kernel.  The scratch of partials is sized for both (castle__kv_cache_alloc). */
 #define MIN_KEYS 32
 
-/* The work-group size kernel was compiled for (cl/causal.cl CC_NT). */
+/* The work-group size kernel was compiled for (cl/causal.cl: NT or CC_NT). */
 static castle_status group_size(castle_context *ctx, cl_kernel kernel, size_t *wg)
 {
     size_t s[3] = {0, 0, 0};
@@ -36,7 +36,7 @@ static castle_status group_size(castle_context *ctx, cl_kernel kernel, size_t *w
 }
 
 /* Enqueues kernel with its arguments over g0 x g1 work-groups of the size it was compiled for
-   (cl/causal.cl CC_NT), as the next command of ch. */
+   (cl/causal.cl: NT or CC_NT), as the next command of ch. */
 static castle_status launch(castle_chain *ch, castle_context *ctx, cl_kernel kernel, const char *name,
                             const castle_args *a, size_t g0, size_t g1, bool last)
 {
