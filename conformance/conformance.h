@@ -92,6 +92,27 @@ castle_status conf_run_decode(castle_context *ctx, const conf_dec_case *c, float
 castle_status conf_run_causal_decode(castle_context *ctx, cl_command_queue q, const conf_causal_dec_case *c,
                                      size_t extra_cap, float *o, float *lse, bool *guards_ok);
 
+/* One call's eight tensors (QU, KU, VU, QC, KC, VC, O, LSE) for desc (desc->seq_len rows; LSE only
+   with with_lse), each inside guard regions (harness.h): input t < 6 holds value(user, t, b, h,
+   base[b] + r, r, e) at row r of sequence b, column e; the outputs start as sentinels.
+   conf_io_collect reads the outputs back into logical o (B, H, Lmax, d) and lse (B, H, Lmax) at
+   positions base[b] + r for r < count[b], and returns false when a guard region changed or an input
+   was written.  conf_io_free releases what conf_io_make made, also after it failed. */
+typedef struct conf_call_io {
+    castle_attention_desc desc;
+    bool with_lse;
+    h_guarded g[8];
+    float *host[8];
+    bool *used[8];
+} conf_call_io;
+typedef float (*conf_io_value)(const void *user, unsigned t, size_t b, size_t h, size_t pos, size_t r, size_t e);
+bool conf_io_make(castle_context *ctx, cl_command_queue q, const castle_attention_desc *desc, bool with_lse,
+                  const size_t *base, conf_io_value value, const void *user, conf_call_io *io);
+bool conf_io_collect(cl_command_queue q, conf_call_io *io, const size_t *base, const size_t *count, size_t Lmax,
+                     float *o, float *lse);
+void conf_io_free(conf_call_io *io);
+cl_mem conf_io_buf(const conf_call_io *io, int t);
+
 /* The error measure of conformance/tolerance.h: max |got - ref| / max(floor, max |ref|) over n
    elements; INFINITY when got has a non-finite entry. */
 double conf_rel_err(const float *got, const double *ref, size_t n, double floor);

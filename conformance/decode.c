@@ -8,16 +8,6 @@
 
 #define SENTINEL 1234.5f /* the harness's guard value */
 
-/* One call's tensors (QU..VC, O, LSE): inputs hold positions base[b] + r (r < rows) of sequence b of
-   the case's inputs (h_value(seed, tensor, ...) scaled by mag); outputs start as sentinels. */
-typedef struct call_io {
-    castle_attention_desc desc;
-    size_t rows;
-    h_guarded g[8];
-    float *host[8];
-    bool *used[8];
-} call_io;
-
 typedef struct seq {
     size_t B, H, d;
     long W;
@@ -28,7 +18,7 @@ typedef struct seq {
     bool with_lse;
 } seq;
 
-static void io_free(call_io *io)
+void conf_io_free(conf_call_io *io)
 {
     for (int t = 0; t < 8; ++t) {
         h_guarded_release(&io->g[t]);
@@ -37,35 +27,33 @@ static void io_free(call_io *io)
     }
 }
 
-static bool io_make(castle_context *ctx, cl_command_queue q, const seq *s, const size_t *base, size_t rows,
-                    call_io *io)
+bool conf_io_make(castle_context *ctx, cl_command_queue q, const castle_attention_desc *desc, bool with_lse,
+                  const size_t *base, conf_io_value value, const void *user, conf_call_io *io)
 {
     memset(io, 0, sizeof *io);
-    castle_attention_desc_init(&io->desc, s->B, s->H, rows, s->d);
-    io->desc.window = s->W;
-    io->desc.scale = s->scale;
-    h_apply_layout(&io->desc, s->layout);
-    io->rows = rows;
+    io->desc = *desc;
+    io->with_lse = with_lse;
+    const size_t B = desc->batch, H = desc->heads, rows = desc->seq_len, d = desc->head_dim;
     for (int t = 0; t < 8; ++t) {
-        if (t == CASTLE_TENSOR_LSE && !s->with_lse)
+        if (t == CASTLE_TENSOR_LSE && !with_lse)
             continue;
-        const size_t width = t == CASTLE_TENSOR_LSE ? 1 : s->d;
+        const size_t width = t == CASTLE_TENSOR_LSE ? 1 : d;
         const castle_layout *l = &io->desc.layout[t];
-        const size_t span = h_layout_span(l, width, s->B, s->H, rows);
+        const size_t span = h_layout_span(l, width, B, H, rows);
         io->host[t] = malloc(span * sizeof(float));
         io->used[t] = calloc(span, sizeof(bool));
         if (!io->host[t] || !io->used[t])
             return false;
         for (size_t i = 0; i < span; ++i)
             io->host[t][i] = SENTINEL;
-        for (size_t b = 0; b < s->B; ++b)
-            for (size_t h = 0; h < s->H; ++h)
+        for (size_t b = 0; b < B; ++b)
+            for (size_t h = 0; h < H; ++h)
                 for (size_t r = 0; r < rows; ++r)
                     for (size_t e = 0; e < width; ++e) {
-                        const size_t o = h_layout_offset(l, width, s->H, rows, b, h, r) + e;
+                        const size_t o = h_layout_offset(l, width, H, rows, b, h, r) + e;
                         io->used[t][o] = true;
                         if (t < 6)
-                            io->host[t][o] = (float)(s->mag * h_value(s->seed, (unsigned)t, b, h, base[b] + r, e));
+                            io->host[t][o] = value(user, (unsigned)t, b, h, base[b] + r, r, e);
                     }
         if (!h_guarded_create(castle_context_cl_context(ctx), castle_context_device(ctx), &io->g[t], span) ||
             !h_guarded_write(q, &io->g[t], t < 6 ? io->host[t] : NULL))
@@ -74,15 +62,16 @@ static bool io_make(castle_context *ctx, cl_command_queue q, const seq *s, const
     return true;
 }
 
-/* Reads the outputs back into logical o (B, H, Lmax, d) / lse (B, H, Lmax) at positions base[b] + r for
-   r < count[b]; false when a guard region changed or an input was written. */
-static bool io_collect(cl_command_queue q, const seq *s, call_io *io, const size_t *base, const size_t *count,
-                       size_t Lmax, float *o, float *lse)
+bool conf_io_collect(cl_command_queue q, conf_call_io *io, const size_t *base, const size_t *count, size_t Lmax,
+                     float *o, float *lse)
 {
+    const size_t H = io->desc.heads, rows = io->desc.seq_len, d = io->desc.head_dim;
     bool ok = true;
     for (int t = 0; t < 8; ++t)
         if (io->g[t].view) {
             float *before = t < 6 ? malloc(io->g[t].span * sizeof(float)) : NULL;
+            if (t < 6 && !before)
+                return false;
             if (before)
                 memcpy(before, io->host[t], io->g[t].span * sizeof(float));
             ok = h_guarded_read(q, &io->g[t], io->host[t], io->used[t]) && ok;
@@ -90,22 +79,29 @@ static bool io_collect(cl_command_queue q, const seq *s, call_io *io, const size
                 ok = ok && !memcmp(before, io->host[t], io->g[t].span * sizeof(float));
             free(before);
         }
-    for (size_t b = 0; b < s->B; ++b)
-        for (size_t h = 0; h < s->H; ++h)
+    for (size_t b = 0; b < io->desc.batch; ++b)
+        for (size_t h = 0; h < H; ++h)
             for (size_t r = 0; r < count[b]; ++r) {
-                const size_t lo = (b * s->H + h) * Lmax + base[b] + r;
-                memcpy(o + lo * s->d,
-                       io->host[CASTLE_TENSOR_O] +
-                           h_layout_offset(&io->desc.layout[CASTLE_TENSOR_O], s->d, s->H, io->rows, b, h, r),
-                       s->d * sizeof(float));
-                if (s->with_lse)
+                const size_t lo = (b * H + h) * Lmax + base[b] + r;
+                memcpy(o + lo * d,
+                       io->host[CASTLE_TENSOR_O] + h_layout_offset(&io->desc.layout[CASTLE_TENSOR_O], d, H, rows, b, h, r),
+                       d * sizeof(float));
+                if (io->with_lse)
                     lse[lo] = io->host[CASTLE_TENSOR_LSE]
-                                      [h_layout_offset(&io->desc.layout[CASTLE_TENSOR_LSE], 1, s->H, io->rows, b, h, r)];
+                                      [h_layout_offset(&io->desc.layout[CASTLE_TENSOR_LSE], 1, H, rows, b, h, r)];
             }
     return ok;
 }
 
-static cl_mem io_buf(call_io *io, int t) { return io->g[t].view; }
+cl_mem conf_io_buf(const conf_call_io *io, int t) { return io->g[t].view; }
+
+/* The case's inputs: h_value(seed, tensor, ...) scaled by mag. */
+static float seq_value(const void *user, unsigned t, size_t b, size_t h, size_t pos, size_t r, size_t e)
+{
+    const seq *s = user;
+    (void)r;
+    return (float)(s->mag * h_value(s->seed, t, b, h, pos, e));
+}
 
 size_t conf_decode_capacity(const conf_dec_case *c)
 {
@@ -131,12 +127,18 @@ typedef struct target {
 static castle_status one_call(target *x, bool prefill, const size_t *lengths, const size_t *base, size_t rows,
                               const size_t *count)
 {
-    call_io io;
+    const seq *s = x->s;
+    castle_attention_desc desc;
+    castle_attention_desc_init(&desc, s->B, s->H, rows, s->d);
+    desc.window = s->W;
+    desc.scale = s->scale;
+    h_apply_layout(&desc, s->layout);
+    conf_call_io io;
     castle_status st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
-    if (io_make(x->ctx, x->q, x->s, base, rows, &io)) {
+    if (conf_io_make(x->ctx, x->q, &desc, s->with_lse, base, seq_value, s, &io)) {
         cl_mem g[8];
         for (int t = 0; t < 8; ++t)
-            g[t] = io_buf(&io, t);
+            g[t] = conf_io_buf(&io, t);
         if (x->kv)
             st = (prefill ? castle_causal_prefill : castle_causal_decode)(x->ctx, x->kv, &io.desc, g[3], g[4], g[5],
                                                                           g[6], g[7], x->q, 0, NULL, NULL);
@@ -147,9 +149,9 @@ static castle_status one_call(target *x, bool prefill, const size_t *lengths, co
             st = castle_decode(x->ctx, x->cache, &io.desc, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], x->q, 0,
                                NULL, NULL);
         if (!st)
-            x->guards_ok = io_collect(x->q, x->s, &io, base, count, x->Lmax, x->o, x->lse) && x->guards_ok;
+            x->guards_ok = conf_io_collect(x->q, &io, base, count, x->Lmax, x->o, x->lse) && x->guards_ok;
     }
-    io_free(&io);
+    conf_io_free(&io);
     return st;
 }
 

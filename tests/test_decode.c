@@ -28,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SENTINEL 1234.5f /* the harness's guard value */
 #define MAXB CONF_MAXB
 #define PAD 100 /* poison.tensor: the padding of the prefill's shorter sequences */
 
@@ -66,18 +65,6 @@ static float val(const dec_case *c, unsigned t, size_t b, size_t h, size_t pos, 
     return (float)h_value(c->seed, t, b, h, pos, e);
 }
 
-/* Offset of (b, h, row) in a layout (all zero = packed). */
-static size_t off_of(const castle_layout *l, size_t width, size_t H, size_t L, size_t b, size_t h, size_t r)
-{
-    castle_layout x = *l;
-    if (!x.batch_stride && !x.head_stride && !x.row_stride) {
-        x.row_stride = width;
-        x.head_stride = L * width;
-        x.batch_stride = H * L * width;
-    }
-    return b * x.batch_stride + h * x.head_stride + r * x.row_stride;
-}
-
 static void desc_for(const dec_case *c, castle_attention_desc *desc, size_t rows)
 {
     castle_attention_desc_init(desc, c->B, c->H, rows, c->d);
@@ -85,86 +72,32 @@ static void desc_for(const dec_case *c, castle_attention_desc *desc, size_t rows
     h_apply_layout(desc, c->layout);
 }
 
-/* One call's tensors: the six inputs hold positions base[b] + i (i < rows) of sequence b, the outputs
-   start as sentinels; every buffer sits inside guard margins. */
-typedef struct call_io {
-    castle_attention_desc desc;
-    size_t rows;
-    h_guarded g[8];
-    float *host[8];
-    bool *used[8];
-} call_io;
+/* The inputs of a call (conformance.h, conf_io_make): the case's values, poisoned where the causality
+   tests say. */
+static float dec_value(const void *user, unsigned t, size_t b, size_t h, size_t pos, size_t r, size_t e)
+{
+    const dec_case *c = user;
+    return poison.pad_from && r >= poison.pad_from[b] ? poison.value : val(c, t, b, h, pos, e);
+}
+
+/* One call's tensors inside guard regions (conformance.h): inputs at positions base[b] + r. */
+typedef conf_call_io call_io;
 
 static void io_make(const dec_case *c, const size_t *base, size_t rows, call_io *io)
 {
-    memset(io, 0, sizeof *io);
-    castle_context *ctx = h_context();
-    cl_command_queue q = h_queue();
-    desc_for(c, &io->desc, rows);
-    io->rows = rows;
-    for (int t = 0; t < 8; ++t) {
-        if (t == CASTLE_TENSOR_LSE && !c->with_lse)
-            continue;
-        const size_t width = t == CASTLE_TENSOR_LSE ? 1 : c->d;
-        const castle_layout *l = &io->desc.layout[t];
-        const size_t span = off_of(l, width, c->H, rows, c->B - 1, c->H - 1, rows - 1) + width;
-        io->host[t] = malloc(span * sizeof(float));
-        io->used[t] = calloc(span, sizeof(bool));
-        ck_assert(io->host[t] && io->used[t]);
-        for (size_t i = 0; i < span; ++i)
-            io->host[t][i] = SENTINEL;
-        for (size_t b = 0; b < c->B; ++b)
-            for (size_t h = 0; h < c->H; ++h)
-                for (size_t r = 0; r < rows; ++r)
-                    for (size_t e = 0; e < width; ++e) {
-                        const size_t o = off_of(l, width, c->H, rows, b, h, r) + e;
-                        io->used[t][o] = true;
-                        if (t < 6)
-                            io->host[t][o] = poison.pad_from && r >= poison.pad_from[b]
-                                                 ? poison.value
-                                                 : val(c, (unsigned)t, b, h, base[b] + r, e);
-                    }
-        ck_assert(h_guarded_create(castle_context_cl_context(ctx), castle_context_device(ctx), &io->g[t], span));
-        ck_assert(h_guarded_write(q, &io->g[t], t < 6 ? io->host[t] : NULL));
-    }
+    castle_attention_desc desc;
+    desc_for(c, &desc, rows);
+    ck_assert_msg(conf_io_make(h_context(), h_queue(), &desc, c->with_lse, base, dec_value, c, io),
+                  "could not make a call's buffers");
 }
 
 /* Reads the outputs back (guards checked) into logical o (B, H, Lmax, d) / lse (B, H, Lmax) at
    positions base[b] + r for r < count[b]. */
-static void io_collect(const dec_case *c, call_io *io, const size_t *base, const size_t *count, size_t Lmax, float *o,
-                       float *lse)
+static void io_collect(call_io *io, const size_t *base, const size_t *count, size_t Lmax, float *o, float *lse)
 {
-    cl_command_queue q = h_queue();
-    for (int t = 0; t < 8; ++t) {
-        if (!io->g[t].view)
-            continue;
-        ck_assert_msg(h_guarded_read(q, &io->g[t], io->host[t], io->used[t]),
-                      "a guard region around %s changed (or an input was written)", t < 6 ? "an input" : "an output");
-    }
-    for (size_t b = 0; b < c->B; ++b)
-        for (size_t h = 0; h < c->H; ++h)
-            for (size_t r = 0; r < count[b]; ++r) {
-                const size_t pos = base[b] + r, lo = (b * c->H + h) * Lmax + pos;
-                memcpy(o + lo * c->d,
-                       io->host[CASTLE_TENSOR_O] +
-                           off_of(&io->desc.layout[CASTLE_TENSOR_O], c->d, c->H, io->rows, b, h, r),
-                       c->d * sizeof(float));
-                if (c->with_lse)
-                    lse[lo] = io->host[CASTLE_TENSOR_LSE]
-                                      [off_of(&io->desc.layout[CASTLE_TENSOR_LSE], 1, c->H, io->rows, b, h, r)];
-            }
+    ck_assert_msg(conf_io_collect(h_queue(), io, base, count, Lmax, o, lse),
+                  "a guard region around a tensor changed (or an input was written)");
 }
-
-static void io_free(call_io *io)
-{
-    for (int t = 0; t < 8; ++t) {
-        h_guarded_release(&io->g[t]);
-        free(io->host[t]);
-        free(io->used[t]);
-    }
-}
-
-static cl_mem io_buf(call_io *io, int t) { return io->g[t].view; }
 
 static castle_cache *new_cache(const dec_case *c, size_t cap)
 {
@@ -179,16 +112,16 @@ static castle_cache *new_cache(const dec_case *c, size_t cap)
 static castle_status prefill(castle_cache *cache, call_io *io, const size_t *lengths, cl_command_queue q, cl_uint nwait,
                              const cl_event *wait, cl_event *ev)
 {
-    return castle_prefill(h_context(), cache, &io->desc, lengths, io_buf(io, 0), io_buf(io, 1), io_buf(io, 2),
-                          io_buf(io, 3), io_buf(io, 4), io_buf(io, 5), io_buf(io, 6), io_buf(io, 7), q, nwait, wait,
+    return castle_prefill(h_context(), cache, &io->desc, lengths, conf_io_buf(io, 0), conf_io_buf(io, 1), conf_io_buf(io, 2),
+                          conf_io_buf(io, 3), conf_io_buf(io, 4), conf_io_buf(io, 5), conf_io_buf(io, 6), conf_io_buf(io, 7), q, nwait, wait,
                           ev);
 }
 
 static castle_status decode(castle_cache *cache, call_io *io, cl_command_queue q, cl_uint nwait, const cl_event *wait,
                             cl_event *ev)
 {
-    return castle_decode(h_context(), cache, &io->desc, io_buf(io, 0), io_buf(io, 1), io_buf(io, 2), io_buf(io, 3),
-                         io_buf(io, 4), io_buf(io, 5), io_buf(io, 6), io_buf(io, 7), q, nwait, wait, ev);
+    return castle_decode(h_context(), cache, &io->desc, conf_io_buf(io, 0), conf_io_buf(io, 1), conf_io_buf(io, 2), conf_io_buf(io, 3),
+                         conf_io_buf(io, 4), conf_io_buf(io, 5), conf_io_buf(io, 6), conf_io_buf(io, 7), q, nwait, wait, ev);
 }
 
 /* Prefill of P_b (ragged when they differ), then decode of n tokens in chunks; outputs into o, lse
@@ -209,8 +142,8 @@ static castle_cache *run_sequence(const dec_case *c, float *o, float *lse)
             ragged = ragged || c->P[b] != Pm;
         castle_status st = prefill(cache, &io, ragged ? c->P : NULL, q, 0, NULL, NULL);
         ck_assert_msg(st == CASTLE_SUCCESS, "castle_prefill: %s", castle_last_error());
-        io_collect(c, &io, zero, c->P, cap, o, lse);
-        io_free(&io);
+        io_collect(&io, zero, c->P, cap, o, lse);
+        conf_io_free(&io);
         memcpy(cur, c->P, sizeof cur);
     }
     size_t lengths[MAXB];
@@ -221,8 +154,8 @@ static castle_cache *run_sequence(const dec_case *c, float *o, float *lse)
         castle_status st = decode(cache, &io, q, 0, NULL, NULL);
         ck_assert_msg(st == CASTLE_SUCCESS, "castle_decode of %zu tokens at %zu: %s", k, done, castle_last_error());
         const size_t cnt[MAXB] = {k, k};
-        io_collect(c, &io, cur, cnt, cap, o, lse);
-        io_free(&io);
+        io_collect(&io, cur, cnt, cap, o, lse);
+        conf_io_free(&io);
         for (size_t b = 0; b < c->B; ++b)
             cur[b] += k;
         ck_assert(castle_cache_lengths(cache, lengths) == CASTLE_SUCCESS);
@@ -381,7 +314,7 @@ START_TEST(test_invariants)
             ragged = ragged || len[b] != L;
         ck_assert_msg(prefill(whole, &io, ragged ? len : NULL, h_queue(), 0, NULL, NULL) == CASTLE_SUCCESS,
                       "prefill of all tokens: %s", castle_last_error());
-        io_free(&io);
+        conf_io_free(&io);
         cache_read_all(whole, c, &one);
         castle_cache_destroy(whole);
     }
@@ -429,8 +362,8 @@ START_TEST(test_from_empty)
         ck_assert_msg(decode(cache, &io, h_queue(), 0, NULL, NULL) == CASTLE_SUCCESS, "decode: %s",
                       castle_last_error());
         const size_t cnt[MAXB] = {k, k};
-        io_collect(&c, &io, cur, cnt, cap, o2, lse2);
-        io_free(&io);
+        io_collect(&io, cur, cnt, cap, o2, lse2);
+        conf_io_free(&io);
         cur[0] += k;
         cur[1] += k;
     }
@@ -507,8 +440,8 @@ START_TEST(test_out_of_order_queue)
     ck_assert(clWaitForEvents(1, &ev) == CL_SUCCESS);
     clReleaseEvent(ev);
     for (int i = 0; i < nio; ++i) {
-        io_collect(&c, &ios[i], bases[i], counts[i], cap, o2, lse2);
-        io_free(&ios[i]);
+        io_collect(&ios[i], bases[i], counts[i], cap, o2, lse2);
+        conf_io_free(&ios[i]);
     }
     ck_assert_msg(!memcmp(o, o2, BH * cap * d * sizeof(float)), "outputs on an out-of-order queue differ");
     castle_cache_destroy(cache);
@@ -600,13 +533,13 @@ START_TEST(test_capacity)
         call_io io;
         io_make(&big, zero, 14, &io);
         check_status(prefill(cache, &io, NULL, h_queue(), 0, NULL, NULL), CASTLE_ERR_CACHE_FULL, "prefill of 14 > 13");
-        io_free(&io);
+        conf_io_free(&io);
         ck_assert(castle_cache_lengths(cache, lengths) == CASTLE_SUCCESS && !lengths[0] && !lengths[1]);
     }
     call_io io;
     io_make(&c, zero, 10, &io);
     check_status(prefill(cache, &io, c.P, h_queue(), 0, NULL, NULL), CASTLE_SUCCESS, "prefill");
-    io_free(&io);
+    conf_io_free(&io);
     /* lengths 10/7: a chunk of 2 fits (12/9), 2 more do not, 1 does (13/10: full), then nothing does */
     static const struct {
         size_t k;
@@ -629,7 +562,7 @@ START_TEST(test_capacity)
         if (!fits)
             for (int t = CASTLE_TENSOR_O; t <= CASTLE_TENSOR_LSE; ++t)
                 ck_assert_msg(h_guarded_read(h_queue(), &io.g[t], NULL, NULL), "a rejected decode wrote its outputs");
-        io_free(&io);
+        conf_io_free(&io);
         cache_read_all(cache, &c, &after);
         if (!fits)
             ck_assert_msg(same_cache(&before, &after, &c), "a rejected decode changed the cache");
@@ -680,33 +613,33 @@ START_TEST(test_mismatch)
             break;
         }
         castle_status st =
-            castle_decode(ctx, cache, &bad, io_buf(&io, 0), io_buf(&io, 1), io_buf(&io, 2), io_buf(&io, 3),
-                          io_buf(&io, 4), io_buf(&io, 5), io_buf(&io, 6), NULL, h_queue(), 0, NULL, NULL);
+            castle_decode(ctx, cache, &bad, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2), conf_io_buf(&io, 3),
+                          conf_io_buf(&io, 4), conf_io_buf(&io, 5), conf_io_buf(&io, 6), NULL, h_queue(), 0, NULL, NULL);
         check_status(st, CASTLE_ERR_SHAPE_MISMATCH, what);
-        st = castle_prefill(ctx, cache, &bad, NULL, io_buf(&io, 0), io_buf(&io, 1), io_buf(&io, 2), io_buf(&io, 3),
-                            io_buf(&io, 4), io_buf(&io, 5), io_buf(&io, 6), NULL, h_queue(), 0, NULL, NULL);
+        st = castle_prefill(ctx, cache, &bad, NULL, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2), conf_io_buf(&io, 3),
+                            conf_io_buf(&io, 4), conf_io_buf(&io, 5), conf_io_buf(&io, 6), NULL, h_queue(), 0, NULL, NULL);
         check_status(st, CASTLE_ERR_SHAPE_MISMATCH, what);
     }
     /* The explicit default scale is the same scale. */
     castle_attention_desc same = io.desc;
     same.scale = (float)(1.0 / sqrt(16.0));
     /* argument errors, each with its own status */
-    check_status(castle_decode(ctx, NULL, &io.desc, io_buf(&io, 0), io_buf(&io, 1), io_buf(&io, 2), io_buf(&io, 3),
-                               io_buf(&io, 4), io_buf(&io, 5), io_buf(&io, 6), NULL, h_queue(), 0, NULL, NULL),
+    check_status(castle_decode(ctx, NULL, &io.desc, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2), conf_io_buf(&io, 3),
+                               conf_io_buf(&io, 4), conf_io_buf(&io, 5), conf_io_buf(&io, 6), NULL, h_queue(), 0, NULL, NULL),
                  CASTLE_ERR_NULL_POINTER, "NULL cache");
-    check_status(castle_decode(ctx, cache, &io.desc, io_buf(&io, 0), io_buf(&io, 1), io_buf(&io, 2), io_buf(&io, 3),
-                               io_buf(&io, 4), io_buf(&io, 5), NULL, NULL, h_queue(), 0, NULL, NULL),
+    check_status(castle_decode(ctx, cache, &io.desc, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2), conf_io_buf(&io, 3),
+                               conf_io_buf(&io, 4), conf_io_buf(&io, 5), NULL, NULL, h_queue(), 0, NULL, NULL),
                  CASTLE_ERR_NULL_BUFFER, "NULL o");
-    check_status(castle_decode(ctx, cache, &io.desc, io_buf(&io, 0), io_buf(&io, 1), io_buf(&io, 2), io_buf(&io, 3),
-                               io_buf(&io, 4), io_buf(&io, 5), io_buf(&io, 0), NULL, h_queue(), 0, NULL, NULL),
+    check_status(castle_decode(ctx, cache, &io.desc, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2), conf_io_buf(&io, 3),
+                               conf_io_buf(&io, 4), conf_io_buf(&io, 5), conf_io_buf(&io, 0), NULL, h_queue(), 0, NULL, NULL),
                  CASTLE_ERR_INVALID_ARGUMENT, "o is qu");
     const size_t too_long[MAXB] = {7, 6};
-    check_status(castle_prefill(ctx, cache, &io.desc, too_long, io_buf(&io, 0), io_buf(&io, 1), io_buf(&io, 2),
-                                io_buf(&io, 3), io_buf(&io, 4), io_buf(&io, 5), io_buf(&io, 6), NULL, h_queue(), 0,
+    check_status(castle_prefill(ctx, cache, &io.desc, too_long, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2),
+                                conf_io_buf(&io, 3), conf_io_buf(&io, 4), conf_io_buf(&io, 5), conf_io_buf(&io, 6), NULL, h_queue(), 0,
                                 NULL, NULL),
                  CASTLE_ERR_INVALID_ARGUMENT, "prompt length > seq_len");
-    check_status(castle_decode(ctx, cache, &io.desc, io_buf(&io, 0), io_buf(&io, 1), io_buf(&io, 2), io_buf(&io, 3),
-                               io_buf(&io, 4), io_buf(&io, 5), io_buf(&io, 6), NULL, NULL, 0, NULL, NULL),
+    check_status(castle_decode(ctx, cache, &io.desc, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2), conf_io_buf(&io, 3),
+                               conf_io_buf(&io, 4), conf_io_buf(&io, 5), conf_io_buf(&io, 6), NULL, NULL, 0, NULL, NULL),
                  CASTLE_ERR_NULL_QUEUE, "NULL queue");
     clFinish(h_queue());
     cache_read_all(cache, &c, &after);
@@ -716,18 +649,18 @@ START_TEST(test_mismatch)
     size_t lengths[MAXB];
     ck_assert(castle_cache_lengths(cache, lengths) == CASTLE_SUCCESS && !lengths[0] && !lengths[1]);
 
-    check_status(castle_prefill(ctx, cache, &same, NULL, io_buf(&io, 0), io_buf(&io, 1), io_buf(&io, 2), io_buf(&io, 3),
-                                io_buf(&io, 4), io_buf(&io, 5), io_buf(&io, 6), NULL, h_queue(), 0, NULL, NULL),
+    check_status(castle_prefill(ctx, cache, &same, NULL, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2), conf_io_buf(&io, 3),
+                                conf_io_buf(&io, 4), conf_io_buf(&io, 5), conf_io_buf(&io, 6), NULL, h_queue(), 0, NULL, NULL),
                  CASTLE_SUCCESS, "prefill with the explicit default scale");
-    check_status(castle_prefill(ctx, cache, &io.desc, NULL, io_buf(&io, 0), io_buf(&io, 1), io_buf(&io, 2),
-                                io_buf(&io, 3), io_buf(&io, 4), io_buf(&io, 5), io_buf(&io, 6), NULL, h_queue(), 0,
+    check_status(castle_prefill(ctx, cache, &io.desc, NULL, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2),
+                                conf_io_buf(&io, 3), conf_io_buf(&io, 4), conf_io_buf(&io, 5), conf_io_buf(&io, 6), NULL, h_queue(), 0,
                                 NULL, NULL),
                  CASTLE_ERR_CACHE_NOT_EMPTY, "second prefill");
     clFinish(h_queue());
     cache_read_all(cache, &c, &before);
     ck_assert(castle_cache_reset(cache) == CASTLE_SUCCESS);
-    check_status(castle_prefill(ctx, cache, &io.desc, NULL, io_buf(&io, 0), io_buf(&io, 1), io_buf(&io, 2),
-                                io_buf(&io, 3), io_buf(&io, 4), io_buf(&io, 5), io_buf(&io, 6), NULL, h_queue(), 0,
+    check_status(castle_prefill(ctx, cache, &io.desc, NULL, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2),
+                                conf_io_buf(&io, 3), conf_io_buf(&io, 4), conf_io_buf(&io, 5), conf_io_buf(&io, 6), NULL, h_queue(), 0,
                                 NULL, NULL),
                  CASTLE_SUCCESS, "prefill after reset");
     clFinish(h_queue());
@@ -735,7 +668,7 @@ START_TEST(test_mismatch)
     ck_assert_msg(same_cache(&before, &after, &c), "prefill after a reset differs from the first prefill");
     cache_host_free(&before);
     cache_host_free(&after);
-    io_free(&io);
+    conf_io_free(&io);
     castle_cache_destroy(cache);
 }
 END_TEST
