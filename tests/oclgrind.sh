@@ -62,4 +62,25 @@ og "$build/tools/castle-bench" --impls causal --L 40 --t 40 --heads 2 --repeat 1
 CASTLE_TUNING=$gpu og "$build/tools/castle-bench" --impls causal --ops backward --L 40 --d 20 --heads 2 --repeat 1 \
     --gemm 0 >/dev/null || report "castle-bench (causal backward, GPU mapping) failed under Oclgrind"
 [ -s "$log" ] && report "Oclgrind found problems"
-echo "oclgrind: no data races, out-of-bounds accesses or API errors; self-test PASS"
+# The shape of the GPU mapping, counted (deterministic, any machine): every block kernel under the 4 x 4
+# tiles issues at most 0.25 local-memory loads (load local, vloadN from __local) per FMA instruction
+# (llvm.fmuladd); 4 x 4 tiles need 0.125 in their products, the former one-row mapping about 2.
+for fold in 0 8; do
+    CASTLE_TUNING=$gpu,fold=$fold oclgrind --inst-counts "$build/tools/castle-bench" --ops forward,backward,prefill \
+        --ragged --impls castle,causal --L 48 --batch 2 --heads 1 --repeat 1 --gemm 0 >"$work/counts$fold.txt" 2>&1 ||
+        report "castle-bench under oclgrind --inst-counts (fold=$fold) failed"
+done
+ratios=$(cat "$work/counts0.txt" "$work/counts8.txt" | awk '
+    /^Instructions executed for kernel / { k = $5; gsub(/[^A-Za-z0-9_]/, "", k); next }
+    k != "" && $2 == "-" && ($3 == "load" && $4 == "local" || $3 ~ /^call$/ && $4 ~ /^_Z[0-9]+vload[0-9]+mPU3AS3K/) { ld[k] += $1 }
+    k != "" && $2 == "-" && $4 ~ /^llvm\.fmuladd/ { fma[k] += $1 }
+    END { for (k in fma) if (fma[k] > 0) printf "%s %.3f\n", k, ld[k] / fma[k] }' | sort)
+echo "local-memory loads per FMA, tuning $gpu:"
+echo "$ratios"
+for k in castle_forward_block castle_forward_fold castle_backward_block castle_backward_fold castle_causal_forward \
+    castle_causal_backward_kv castle_causal_backward_q castle_cache_prefill_u; do
+    r=$(awk -v k="$k" '$1 == k { print $2 }' <<<"$ratios")
+    [ -n "$r" ] || report "no instruction counts for $k"
+    awk -v r="$r" 'BEGIN { exit !(r <= 0.25) }' || report "$k: $r local-memory loads per FMA under $gpu (at most 0.25)"
+done
+echo "oclgrind: no data races, out-of-bounds accesses or API errors; self-test PASS; every block kernel at most 0.25 local loads per FMA on 4 x 4 tiles"
