@@ -70,24 +70,12 @@
 
 #if CC_VK == 1
 typedef float cc_vec;
-typedef int cc_ivec;
 #define CC_LOAD(p) (*(p))
 #define CC_STORE(x, p) (*(p) = (x))
-#define CC_IOTA 0
 #else
 typedef CASTLE_CAT(float, CC_VK) cc_vec;
-typedef CASTLE_CAT(int, CC_VK) cc_ivec;
 #define CC_LOAD(p) CASTLE_CAT(vload, CC_VK)(0, p)
 #define CC_STORE(x, p) CASTLE_CAT(vstore, CC_VK)(x, 0, p)
-#if CC_VK == 2
-#define CC_IOTA ((cc_ivec)(0, 1))
-#elif CC_VK == 4
-#define CC_IOTA ((cc_ivec)(0, 1, 2, 3))
-#elif CC_VK == 8
-#define CC_IOTA ((cc_ivec)(0, 1, 2, 3, 4, 5, 6, 7))
-#else
-#define CC_IOTA ((cc_ivec)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
-#endif
 #endif
 
 /* The first n <= CC_VK elements at p as a vector (zeros beyond), and the first n lanes to p
@@ -133,6 +121,10 @@ inline vfloat cc_finite_or_zero(vfloat x) { return select(x, (vfloat)(0.0f), isi
    each (m < FUPT, m < FUPC). */
 #define CF_NCH ((CC_DMAX + DT - 1) / DT) /* slabs of the widest head */
 #define CF_RG (BLK / TM)                 /* rows of micro-tiles in the score block */
+/* The accumulator slabs ci (DT columns of d each) that the staging step of w columns from column cv
+   holds, c0 = ci DT - cv the first column of slab ci in the step's tile. */
+#define CC_FOR_SLABS(ci, c0, cv, w) \
+    for (int ci = (cv) / DT, c0 = 0; ci < CF_NCH && (c0 = ci * DT - (cv)) < (w); ++ci)
 /* K is the A operand of S^T = K Q^T, staged as MT_AT says (common.cl). */
 #if CC_TROWS < DT
 #error "causal.cl: the Q^T tile must hold a d chunk (DT <= CASTLE_MAX_HEAD_DIM)"
@@ -305,10 +297,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             const int w = min(kvw, dpad - cv);
             stage_tile(sT, pv, sv.z, s0, nkeys, cv, w, d, false);
             barrier(CLK_LOCAL_MEM_FENCE);
-            for (int ci = cv / DT; ci < CF_NCH; ++ci) { /* the slabs of this staging step */
-                const int c0 = ci * DT - cv;
-                if (c0 >= w)
-                    break;
+            CC_FOR_SLABS(ci, c0, cv, w) {
                 for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat *a = acc + (ci * FUPC + m) * MT_ACC;
@@ -734,10 +723,7 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
             stage_tile(R, pdo, sdo.z, q0, L, cv, w, d, false);
             stage_tile(R + w * BLK, pq, sq.z, q0, L, cv, w, d, false);
             barrier(CLK_LOCAL_MEM_FENCE); /* also publishes sP, sD */
-            for (int ci = cv / DT; ci < CF_NCH; ++ci) { /* the slabs of this staging step */
-                const int c0 = ci * DT - cv;
-                if (c0 >= w)
-                    break;
+            CC_FOR_SLABS(ci, c0, cv, w) {
                 for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat *av = accV + (ci * FUPC + m) * MT_ACC, *ak = accK + (ci * FUPC + m) * MT_ACC;
@@ -823,10 +809,7 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
             const int w = min(w2, dpad - cv);
             stage_tile(R, pk, sk.z, s0, L, cv, w, d, false);
             barrier(CLK_LOCAL_MEM_FENCE); /* also publishes sD */
-            for (int ci = cv / DT; ci < CF_NCH; ++ci) {
-                const int c0 = ci * DT - cv;
-                if (c0 >= w)
-                    break;
+            CC_FOR_SLABS(ci, c0, cv, w) {
                 for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat *a = acc + (ci * FUPC + m) * MT_ACC;
