@@ -11,7 +11,9 @@
  * initialise the gradients instead of accumulating.
  * Workspace regions (floats, per batch entry x head): the forward's D hi/lo (read at a column's first
  * touch), the working copy W hi/lo of D_j^(k) (rolled back here, so the forward's state survives and
- * the backward can run again), dD (gradient of D_j^(k+1)), X (the forward's scaled masked X blocks). */
+ * the backward can run again), dD (gradient of D_j^(k+1)), X (the forward's scaled masked X blocks),
+ * and the block-transposed copies of QU, KU, QC, KC, VU, VC, O and dO (common.cl,
+ * castle_transpose_blocks: launched before the wavefront). */
 
 #if (NT % BLK) != 0 || NT < BLK
 #error "backward.cl: NT must be a multiple of BLK"
@@ -52,7 +54,7 @@ inline vfloat castle_silu_grad_v(vfloat x)
 }
 
 /* out = (first ? 0 : out) + v over the first n (<= VW) floats at p. */
-inline void accumulate(__global float *p, int n, bool first, vfloat v)
+__attribute__((always_inline)) inline void accumulate(__global float *p, int n, bool first, vfloat v)
 {
     gstore_part(first ? v : gload_part(p, n) + v, p, n);
 }
@@ -67,11 +69,12 @@ inline void accumulate(__global float *p, int n, bool first, vfloat v)
     const ulong4 sdo, __global float *dqu, const ulong4 sdqu, __global float *dku, const ulong4 sdku, \
     __global float *dvu, const ulong4 sdvu, __global float *dqc, const ulong4 sdqc, \
     __global float *dkc, const ulong4 sdkc, __global float *dvc, const ulong4 sdvc, __global float *ws, \
-    const ulong ws_dlo, const ulong ws_whi, const ulong ws_wlo, const ulong ws_dd, const ulong ws_x
+    const ulong ws_dlo, const ulong ws_whi, const ulong ws_wlo, const ulong ws_dd, const ulong ws_x, \
+    const ulong ws_t
 #define BACKWARD_BLOCK_ARGS \
     L, d, H, W, sc, qu, squ, ku, sku, vu, svu, qc, sqc, kc, skc, vc, svc, o, so, lse, slse, dout, sdo, \
     dqu, sdqu, dku, sdku, dvu, sdvu, dqc, sdqc, dkc, sdkc, dvc, sdvc, ws, ws_dlo, ws_whi, ws_wlo, \
-    ws_dd, ws_x
+    ws_dd, ws_x, ws_t
 
 /* The block pair (i = j + k, j) of batch entry x head bh, computed by the whole work-group. */
 inline void backward_block(__local float *lm, const int k, const int j, const int bh, BACKWARD_BLOCK_PARAMS)
@@ -104,6 +107,15 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __global float *Wlo = ws + ws_wlo + bhd;
     __global float *dD = ws + ws_dd + bhd;
     __global const float *X = ws + ws_x + ((ulong)bh * N + i) * (BLK * BLK);
+    /* block-transposed copies of the inputs (common.cl, castle_transpose_blocks) */
+    __global const float *xqu = tcopy(ws, ws_t, CASTLE_T_QU, bh, Lpad, d);
+    __global const float *xku = tcopy(ws, ws_t, CASTLE_T_KU, bh, Lpad, d);
+    __global const float *xqc = tcopy(ws, ws_t, CASTLE_T_QC, bh, Lpad, d);
+    __global const float *xkc = tcopy(ws, ws_t, CASTLE_T_KC, bh, Lpad, d);
+    __global const float *xvu = tcopy(ws, ws_t, CASTLE_T_VU, bh, Lpad, d);
+    __global const float *xvc = tcopy(ws, ws_t, CASTLE_T_VC, bh, Lpad, d);
+    __global const float *xo = tcopy(ws, ws_t, CASTLE_T_O, bh, Lpad, d);
+    __global const float *xdo = tcopy(ws, ws_t, CASTLE_T_DO, bh, Lpad, d);
 
     /* Matrices, m[row * BLK + col] ("rm") or transposed ("Xt": X's column index first):
          M0 Gt [j'][s]  (scores)  -> P [t][s] (from phase B2 on)
@@ -136,11 +148,11 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
        T3 VU[T_i] k-major. */
     for (int c0 = 0;; c0 += DT) { /* d >= 1 */
         if (gate) {
-            stage_tile(T0, pqu, squ.z, s0, L, c0, DT, d, MT_AT);
-            stage_tile(T1, pku, sku.z, t0, L, c0, DT, d, true);
+            stage_tile_a(T0, BLK, xqu, pqu, squ.z, j, L, c0, DT, d);
+            stage_tile_t(T1, BLK, xku, i, c0, DT, d);
             if (!first_col) {
                 stage_tile(T2, dD, (ulong)d, s0, L, c0, DT, d, MT_AT);
-                stage_tile(T3, pvu, svu.z, t0, L, c0, DT, d, true);
+                stage_tile_t(T3, BLK, xvu, i, c0, DT, d);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -178,11 +190,11 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
        where the two agree exactly (a row with a single key: O = VC). */
     float delta = 0.0f;
     for (int c0 = 0;; c0 += DT) { /* d >= 1 */
-        stage_tile(T0, pqc, sqc.z, t0, L, c0, DT, d, MT_AT);
-        stage_tile(T1, pkc, skc.z, s0, L, c0, DT, d, true);
-        stage_tile(T2, pdo, sdo.z, t0, L, c0, DT, d, MT_AT);
-        stage_tile(T3, pvc, svc.z, s0, L, c0, DT, d, true);
-        stage_tile(T4, po, so.z, t0, L, c0, DT, d, MT_AT);
+        stage_tile_a(T0, BLK, xqc, pqc, sqc.z, i, L, c0, DT, d);
+        stage_tile_t(T1, BLK, xkc, j, c0, DT, d);
+        stage_tile_a(T2, BLK, xdo, pdo, sdo.z, i, L, c0, DT, d);
+        stage_tile_t(T3, BLK, xvc, j, c0, DT, d);
+        stage_tile_a(T4, BLK, xo, po, so.z, i, L, c0, DT, d);
         if (gate && k > 0)
             stage_tile(T5, pvu, svu.z, t0, L, c0, DT, d, false);
         barrier(CLK_LOCAL_MEM_FENCE);

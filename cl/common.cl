@@ -477,6 +477,91 @@ inline ulong tensor_offset(ulong4 s, uint b, uint h, uint r)
     return (ulong)b * s.x + (ulong)h * s.y + (ulong)r * s.z;
 }
 
+/* Block-transposed copies of the inputs.  The block kernels read most d tiles k-major (the
+   contraction index first: the B operand of every Q K^T-like product, and the A operands when
+   MT_AT), which staged from a row-major tensor is a transposition per block pair: with VW > 1, VW
+   single-lane stores per vector, 11% of PoCL's forward and 9% of its backward.  Instead, one launch
+   of castle_transpose_blocks before a pass writes each such input once into the workspace region
+   ws_t, block by block: block n of the copy of batch entry x head bh holds x[n BLK + r][c] at
+   (n d + c) BLK + r (rows >= L are zeros), and the kernels stage k-major tiles from it with vector
+   copies (stage_tile_t).  The copy of input slot q (CASTLE_T_*) of bh starts at
+   ws_t + (q BH + bh) Lpad d, BH = the launch's dimension-1 groups (batch entries x heads).  The
+   forward fills slots 0-3, the backward all eight (host/schedule.c passes them in this order). */
+#define CASTLE_T_QU 0
+#define CASTLE_T_KU 1
+#define CASTLE_T_QC 2
+#define CASTLE_T_KC 3
+#define CASTLE_T_VU 4
+#define CASTLE_T_VC 5
+#define CASTLE_T_O 6
+#define CASTLE_T_DO 7
+
+/* The block-transposed copy of slot q for batch entry x head bh. */
+inline __global float *tcopy(__global float *ws, const ulong ws_t, const int q, const int bh, const int Lpad,
+                             const int d)
+{
+    return ws + ws_t + ((ulong)q * get_num_groups(1) + bh) * Lpad * d;
+}
+
+/* Columns [c0, c0 + w) of block n of a block-transposed copy xt as a k-major tile t[c * ks + r];
+   columns >= d read as 0.  One vector load and store per VW rows (consecutive work-items on
+   consecutive rows: coalesced on a GPU, and no bank conflicts). */
+__attribute__((always_inline)) inline void stage_tile_t(__local float *t, const int ks, __global const float *xt,
+                                                        const int n, const int c0, const int w, const int d)
+{
+    const int nv = BLK / VW; /* vectors per column */
+    for (int e = get_local_id(0); e < w * nv; e += NT) {
+        const int c = e / nv, r = (e - c * nv) * VW;
+        const vfloat x = c0 + c < d ? VLOAD(xt + ((ulong)n * d + c0 + c) * BLK + r) : (vfloat)(0.0f);
+        VSTORE(x, t + c * ks + r);
+    }
+}
+
+/* An A operand's tile of rows block n: k-major from its block-transposed copy xt when MT_AT, else
+   row-major (t[r * w + c]) from the tensor x itself (row stride rs, nrows rows). */
+__attribute__((always_inline)) inline void stage_tile_a(__local float *t, const int ks, __global const float *xt,
+                                                        __global const float *x, ulong rs, int n, int nrows,
+                                                        int c0, int w, int d)
+{
+    if (MT_AT)
+        stage_tile_t(t, ks, xt, n, c0, w, d);
+    else
+        copy_tile(t, w, 1, x, rs, n * BLK, nrows, c0, w, d);
+}
+
+/* Work-group (n + N q, bh) writes block n of the block-transposed copy of input q (x0 .. x7; a
+   launch covers the first get_num_groups(0) / N of them), through local memory: staged k-major by
+   copy_tile's transposition, written out a column of the block (BLK contiguous floats) at a time. */
+#define CASTLE_T_IN(q) __global const float *x##q, const ulong4 s##q
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
+void castle_transpose_blocks(const int L, const int d, const int H, CASTLE_T_IN(0), CASTLE_T_IN(1), CASTLE_T_IN(2),
+                             CASTLE_T_IN(3), CASTLE_T_IN(4), CASTLE_T_IN(5), CASTLE_T_IN(6), CASTLE_T_IN(7),
+                             __global float *ws, const ulong ws_t)
+{
+    __local float lm[KS * DT];
+    const int N = (L + BLK - 1) / BLK, Lpad = N * BLK;
+    const int q = get_group_id(0) / N, n = get_group_id(0) % N, bh = get_group_id(1);
+    const uint b = bh / H, h = bh % H;
+    __global const float *x = q == 0 ? x0 : q == 1 ? x1 : q == 2 ? x2 : q == 3 ? x3
+                            : q == 4 ? x4 : q == 5 ? x5 : q == 6 ? x6 : x7;
+    const ulong4 s = q == 0 ? s0 : q == 1 ? s1 : q == 2 ? s2 : q == 3 ? s3
+                   : q == 4 ? s4 : q == 5 ? s5 : q == 6 ? s6 : s7;
+    __global float *xt = tcopy(ws, ws_t, q, bh, Lpad, d);
+    const int nv = BLK / VW;
+    for (int c0 = 0;; c0 += DT) { /* d >= 1; leaves after the last barrier (backward.cl says why) */
+        copy_tile(lm, 1, KS, x + tensor_offset(s, b, h, 0), s.z, n * BLK, L, c0, DT, d);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int e = get_local_id(0); e < DT * nv; e += NT) {
+            const int c = e / nv, r = (e - c * nv) * VW;
+            if (c0 + c < d)
+                VSTORE(VLOAD(lm + c * KS + r), xt + ((ulong)n * d + c0 + c) * BLK + r);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (c0 + DT >= d)
+            break;
+    }
+}
+
 /* Stable logistic function: no overflow into NaN for any finite x. */
 inline float castle_sigmoid(float x)
 {

@@ -10,7 +10,8 @@
  * block j (D_j), so no two work-groups touch the same memory and no atomics are needed.
  * Workspace (floats): D hi and lo parts (BH x Lpad x d each, row s of D_j^T at s; the pair is
  * accumulated with pair_add), X (BH x N x BLK x BLK, the scaled masked X[T_i,T_i] written at k = 0),
- * ML (BH x Lpad x 2: running max m and sum l per row).
+ * ML (BH x Lpad x 2: running max m and sum l per row), and the block-transposed copies of QU, KU, QC
+ * and KC (common.cl, castle_transpose_blocks: launched before the wavefront).
  * Row block i is finished at k = i by work-group j = 0, which writes O = acc / l and lse = m + log l. */
 
 #if (NT % BLK) != 0 || NT < BLK
@@ -38,10 +39,10 @@
     const ulong4 svu, __global const float *qc, const ulong4 sqc, __global const float *kc, \
     const ulong4 skc, __global const float *vc, const ulong4 svc, __global float *o, const ulong4 so, \
     __global float *lse, const ulong4 slse, __global float *ws, const ulong ws_dlo, const ulong ws_x, \
-    const ulong ws_ml
+    const ulong ws_ml, const ulong ws_t
 #define FORWARD_BLOCK_ARGS \
     L, d, H, W, sc, qu, squ, ku, sku, vu, svu, qc, sqc, kc, skc, vc, svc, o, so, lse, slse, ws, ws_dlo, \
-    ws_x, ws_ml
+    ws_x, ws_ml, ws_t
 
 /* The block pair (i = j + k, j) of batch entry x head bh, computed by the whole work-group. */
 inline void forward_block(__local float *lm, const int k, const int j, const int bh, FORWARD_BLOCK_PARAMS)
@@ -69,6 +70,11 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     __global float *Dlo = ws + ws_dlo + (ulong)bh * Lpad * d;
     __global float *X = ws + ws_x + ((ulong)bh * N + i) * (BLK * BLK); /* row-major (t, j'): backward.cl reads it */
     __global float *ML = ws + ws_ml + (ulong)bh * Lpad * 2;
+    /* block-transposed copies of the inputs (common.cl, castle_transpose_blocks) */
+    __global const float *xqu = tcopy(ws, ws_t, CASTLE_T_QU, bh, Lpad, d);
+    __global const float *xku = tcopy(ws, ws_t, CASTLE_T_KU, bh, Lpad, d);
+    __global const float *xqc = tcopy(ws, ws_t, CASTLE_T_QC, bh, Lpad, d);
+    __global const float *xkc = tcopy(ws, ws_t, CASTLE_T_KC, bh, Lpad, d);
 
     /* Phase 1: the BLK x BLK x d products, d staged through local memory in chunks of DT:
          s1 = QC[T_i] KC[T_j]^T,  sx = QC[T_i] D_j (k > 0) or QC[T_i] VU[T_i]^T (k = 0),
@@ -82,15 +88,15 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     __local float *tQC = lm, *tQU = lm + KS * DT, *tKC = lm + 2 * KS * DT; /* k-major: [c * KS + row] */
     __local float *tDV = lm + 3 * KS * DT, *tKU = lm + 4 * KS * DT;          /* tDV: D_j or VU[T_i] */
     for (int c0 = 0; c0 < d; c0 += DT) {
-        stage_tile_ks(tQC, KS, pqc, sqc.z, t0, L, c0, DT, d, MT_AT);
-        stage_tile_ks(tKC, KS, pkc, skc.z, s0, L, c0, DT, d, true);
+        stage_tile_a(tQC, KS, xqc, pqc, sqc.z, i, L, c0, DT, d);
+        stage_tile_t(tKC, KS, xkc, j, c0, DT, d);
         if (need_d)
             stage_tile_ks(tDV, KS, D, (ulong)d, s0, L, c0, DT, d, true);
         else if (need_x)
             stage_tile_ks(tDV, KS, pvu, svu.z, t0, L, c0, DT, d, true);
         if (gate) {
-            stage_tile_ks(tQU, KS, pqu, squ.z, s0, L, c0, DT, d, MT_AT);
-            stage_tile_ks(tKU, KS, pku, sku.z, t0, L, c0, DT, d, true);
+            stage_tile_a(tQU, KS, xqu, pqu, squ.z, j, L, c0, DT, d);
+            stage_tile_t(tKU, KS, xku, i, c0, DT, d);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int m = 0; m < FUPT; ++m) {

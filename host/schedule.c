@@ -43,15 +43,42 @@ static bool fold(const castle_context *ctx, const castle_problem *p)
     return p->N <= ctx->tuning.fold && p->B * p->H >= 2 * (size_t)ctx->info.compute_units;
 }
 
-/* Enqueues the wavefront of kernel: folded, one launch of one work-group per batch entry and head;
-   else N launches, launch n covering the N - k columns of iteration k = first_k + n * step (arg 0). */
-static castle_status run(castle_context *ctx, cl_kernel kernel, const char *name, castle_args *args,
-                         const castle_problem *p, bool folded, int first_k, int step, cl_command_queue queue,
-                         cl_uint nwait, const cl_event *wait, cl_event *event)
+/* Enqueues, on one chain, the launch of castle_transpose_blocks that writes the block-transposed
+   copies of the ntr inputs `transposed` (slot q = position q, cl/common.cl's CASTLE_T_*; the kernel
+   is in every program, this family's is used), then the
+   wavefront of kernel: folded, one launch of one work-group per batch entry and head; else N
+   launches, launch n covering the N - k columns of iteration k = first_k + n * step (arg 0). */
+static castle_status run(castle_context *ctx, castle_family family, cl_kernel kernel, const char *name,
+                         castle_args *args,
+                         const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
+                         const castle_tensor *transposed, int ntr, cl_mem ws, bool folded, int first_k, int step,
+                         cl_command_queue queue, cl_uint nwait, const cl_event *wait, cl_event *event)
 {
-    castle_chain ch;
-    castle_status st = castle__chain_init(&ch, queue, nwait, wait, event);
+    static const char tname[] = "castle_transpose_blocks";
     const size_t threads = ctx->tuning.threads, local[2] = {threads, 1};
+    cl_kernel tk;
+    castle_status st = castle__get_kernel(ctx, family, tname, &tk);
+    if (st != CASTLE_SUCCESS)
+        return st;
+    castle_args targs = {.n = 0};
+    const cl_int L = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H;
+    const cl_ulong ws_t = p->ws_off[CASTLE_WS_T];
+    CASTLE_ARG(&targs, L);
+    CASTLE_ARG(&targs, d);
+    CASTLE_ARG(&targs, H);
+    for (int q = 0; q < 8; ++q) { /* unused slots repeat the first input */
+        const castle_tensor tq = transposed[q < ntr ? q : 0];
+        CASTLE_ARG(&targs, bufs[tq]);
+        CASTLE_ARG(&targs, p->strides[tq]);
+    }
+    CASTLE_ARG(&targs, ws);
+    CASTLE_ARG(&targs, ws_t);
+
+    castle_chain ch;
+    if ((st = castle__chain_init(&ch, queue, nwait, wait, event)) != CASTLE_SUCCESS)
+        return st;
+    const size_t tglobal[2] = {threads * p->N * (size_t)ntr, p->B * p->H};
+    st = castle__launch(&ch, false, ctx, tk, tname, &targs, tglobal, local);
     const int N = folded ? 1 : (int)p->N;
     for (int n = 0; n < N && st == CASTLE_SUCCESS; ++n) {
         const cl_int k = folded ? 0 : first_k + n * step;
@@ -69,7 +96,9 @@ castle_status castle__schedule_forward(castle_context *ctx, const castle_problem
 {
     static const castle_tensor tensors[] = {CASTLE_TENSOR_QU, CASTLE_TENSOR_KU, CASTLE_TENSOR_VU, CASTLE_TENSOR_QC,
                                             CASTLE_TENSOR_KC, CASTLE_TENSOR_VC, CASTLE_TENSOR_O,  CASTLE_TENSOR_LSE};
-    static const castle_ws_region regions[] = {CASTLE_WS_D_LO, CASTLE_WS_X, CASTLE_WS_ML};
+    static const castle_ws_region regions[] = {CASTLE_WS_D_LO, CASTLE_WS_X, CASTLE_WS_ML, CASTLE_WS_T};
+    static const castle_tensor transposed[] = {CASTLE_TENSOR_QU, CASTLE_TENSOR_KU, CASTLE_TENSOR_QC,
+                                               CASTLE_TENSOR_KC};
     const bool folded = fold(ctx, p);
     const char *name = folded ? "castle_forward_fold" : "castle_forward_block";
     cl_kernel kernel;
@@ -77,8 +106,8 @@ castle_status castle__schedule_forward(castle_context *ctx, const castle_problem
     if (st != CASTLE_SUCCESS)
         return st;
     castle_args args = {.n = 0};
-    common_args(&args, p, bufs, tensors, 8, ws, regions, 3);
-    return run(ctx, kernel, name, &args, p, folded, 0, 1, queue, nwait, wait, event);
+    common_args(&args, p, bufs, tensors, 8, ws, regions, 4);
+    return run(ctx, CASTLE_FAMILY_FORWARD, kernel, name, &args, p, bufs, transposed, 4, ws, folded, 0, 1, queue, nwait, wait, event);
 }
 
 castle_status castle__schedule_backward(castle_context *ctx, const castle_problem *p,
@@ -90,7 +119,10 @@ castle_status castle__schedule_backward(castle_context *ctx, const castle_proble
         CASTLE_TENSOR_VC, CASTLE_TENSOR_O,   CASTLE_TENSOR_LSE, CASTLE_TENSOR_DO,  CASTLE_TENSOR_DQU,
         CASTLE_TENSOR_DKU, CASTLE_TENSOR_DVU, CASTLE_TENSOR_DQC, CASTLE_TENSOR_DKC, CASTLE_TENSOR_DVC};
     static const castle_ws_region regions[] = {CASTLE_WS_D_LO, CASTLE_WS_W_HI, CASTLE_WS_W_LO, CASTLE_WS_DD,
-                                               CASTLE_WS_X};
+                                               CASTLE_WS_X,    CASTLE_WS_T};
+    static const castle_tensor transposed[] = {CASTLE_TENSOR_QU, CASTLE_TENSOR_KU, CASTLE_TENSOR_QC,
+                                               CASTLE_TENSOR_KC, CASTLE_TENSOR_VU, CASTLE_TENSOR_VC,
+                                               CASTLE_TENSOR_O,  CASTLE_TENSOR_DO};
     const bool folded = fold(ctx, p);
     const char *name = folded ? "castle_backward_fold" : "castle_backward_block";
     cl_kernel kernel;
@@ -98,6 +130,7 @@ castle_status castle__schedule_backward(castle_context *ctx, const castle_proble
     if (st != CASTLE_SUCCESS)
         return st;
     castle_args args = {.n = 0};
-    common_args(&args, p, bufs, tensors, 15, ws, regions, 5);
-    return run(ctx, kernel, name, &args, p, folded, (int)p->N - 1, -1, queue, nwait, wait, event);
+    common_args(&args, p, bufs, tensors, 15, ws, regions, 6);
+    return run(ctx, CASTLE_FAMILY_BACKWARD, kernel, name, &args, p, bufs, transposed, 8, ws, folded, (int)p->N - 1, -1, queue, nwait,
+               wait, event);
 }

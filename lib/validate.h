@@ -8,7 +8,9 @@
 
 /* Workspace regions, each for all batch entries x heads: D_j hi and lo parts as the forward leaves
    them (Lpad x d), the backward's working copy of D (hi, lo) and dD (Lpad x d), the scaled masked
-   X[T_i, T_i] blocks (N x BLK x BLK) and the softmax state m, l (Lpad x 2). */
+   X[T_i, T_i] blocks (N x BLK x BLK), the softmax state m, l (Lpad x 2), and the block-transposed
+   copies of up to eight inputs that a pass stages its k-major tiles from (cl/common.cl,
+   castle_transpose_blocks: 8 x Lpad x d, slot-major). */
 typedef enum castle_ws_region {
     CASTLE_WS_D_HI = 0,
     CASTLE_WS_D_LO,
@@ -17,6 +19,7 @@ typedef enum castle_ws_region {
     CASTLE_WS_DD,
     CASTLE_WS_X,
     CASTLE_WS_ML,
+    CASTLE_WS_T,
     CASTLE_WS_COUNT
 } castle_ws_region;
 
@@ -27,7 +30,7 @@ typedef struct castle_problem {
     size_t N, Lpad;                        /* blocks, padded length */
     cl_ulong4 strides[CASTLE_TENSOR_COUNT]; /* batch, head, row, 0 */
     size_t ws_floats;                       /* workspace size, floats */
-    size_t ws_off[8];                       /* region offsets, floats, indexed by castle_ws_region */
+    size_t ws_off[CASTLE_WS_COUNT];         /* region offsets, floats, indexed by castle_ws_region */
 } castle_problem;
 
 extern const char *const castle__tensor_names[CASTLE_TENSOR_COUNT];
