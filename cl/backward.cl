@@ -47,11 +47,8 @@
 #define BW_MATS 8 /* the matrices come first (CASTLE_LM_BACKWARD counts the same parts) */
 #define LM_BW CASTLE_LM_BACKWARD(BLK, DT) /* local_memory.h: the host checks the same formula */
 
-inline vfloat castle_silu_grad_v(vfloat x)
-{
-    const vfloat g = castle_sigmoid_v(x);
-    return g * ((vfloat)(1.0f) + x * ((vfloat)(1.0f) - g));
-}
+/* SiLU'(x) from g = sigmoid(x), the value castle_silu_v(x) = x g is computed from (one exp for both). */
+inline vfloat castle_silu_grad_g(vfloat x, vfloat g) { return g * ((vfloat)(1.0f) + x * ((vfloat)(1.0f) - g)); }
 
 /* out = (first ? 0 : out) + v over the first n (<= VW) floats at p. */
 __attribute__((always_inline)) inline void accumulate(__global float *p, int n, bool first, vfloat v)
@@ -262,7 +259,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         for (int e = 0; e < MT_ACC; ++e) {
             const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
             const int t = t0 + rr;
-            const vfloat a = sc * s1[m][e] - castle_silu_v(su[e]);
+            const vfloat gs = castle_sigmoid_v(su[e]); /* the forward's castle_silu_v(su) = su gs */
+            const vfloat a = sc * s1[m][e] - su[e] * gs;
             const vfloat sv = (float)(s0 + cv) + lane;
             const vint masked = VISGREATEREQ(sv, (vfloat)(float)L) |
                                 (diag ? VISGREATER(sv, (vfloat)(float)t) : VFALSE) | (t >= L ? VTRUE : VFALSE);
@@ -270,7 +268,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             const vfloat da = select(p * (ap[m][e] - sDelta[rr]), (vfloat)(0.0f), masked);
             s1[m][e] = p;
             ap[m][e] = da;
-            s2[m][e] = select(-castle_silu_grad_v(su[e]) * da, (vfloat)(0.0f), masked);
+            s2[m][e] = select(-castle_silu_grad_g(su[e], gs) * da, (vfloat)(0.0f), masked);
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* every read of Gt and Yt is done */
