@@ -131,7 +131,7 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
         lens_host[b] = (int)lengths[b];
     cl_int err = CL_SUCCESS;
     cl_mem lens_tmp = new_buffer(ctx, c->B * sizeof(int), lens_host, &err);
-    cl_mem ws = new_buffer(ctx, p->ws_floats * sizeof(float), NULL, &err);
+    cl_mem ws = new_buffer(ctx, p->ws_forward_floats * sizeof(float), NULL, &err); /* a forward's part */
     cl_mem lse_tmp = lse ? NULL : new_buffer(ctx, p->strides[CASTLE_TENSOR_LSE].s[3] * sizeof(float), NULL, &err);
     free(lens_host);
     castle_chain ch;
@@ -139,7 +139,7 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
     if (err != CL_SUCCESS) {
         st = castle__fail((castle_status)err,
                           "clCreateBuffer failed for the prefill's temporaries (%zu bytes of workspace)",
-                          p->ws_floats * sizeof(float));
+                          p->ws_forward_floats * sizeof(float));
         goto done;
     }
     if ((st = castle__chain_init(&ch, queue, nwait, wait, event)))

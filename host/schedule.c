@@ -97,8 +97,8 @@ castle_status castle__schedule_forward(castle_context *ctx, const castle_problem
     static const castle_tensor tensors[] = {CASTLE_TENSOR_QU, CASTLE_TENSOR_KU, CASTLE_TENSOR_VU, CASTLE_TENSOR_QC,
                                             CASTLE_TENSOR_KC, CASTLE_TENSOR_VC, CASTLE_TENSOR_O,  CASTLE_TENSOR_LSE};
     static const castle_ws_region regions[] = {CASTLE_WS_D_LO, CASTLE_WS_X, CASTLE_WS_ML, CASTLE_WS_T};
-    static const castle_tensor transposed[] = {CASTLE_TENSOR_QU, CASTLE_TENSOR_KU, CASTLE_TENSOR_QC,
-                                               CASTLE_TENSOR_KC};
+    static const castle_tensor transposed[CASTLE_WS_T_FORWARD] = {CASTLE_TENSOR_QU, CASTLE_TENSOR_KU,
+                                                                  CASTLE_TENSOR_QC, CASTLE_TENSOR_KC};
     const bool folded = fold(ctx, p);
     const char *name = folded ? "castle_forward_fold" : "castle_forward_block";
     cl_kernel kernel;
@@ -107,7 +107,8 @@ castle_status castle__schedule_forward(castle_context *ctx, const castle_problem
         return st;
     castle_args args = {.n = 0};
     common_args(&args, p, bufs, tensors, 8, ws, regions, 4);
-    return run(ctx, CASTLE_FAMILY_FORWARD, kernel, name, &args, p, bufs, transposed, 4, ws, folded, 0, 1, queue, nwait, wait, event);
+    return run(ctx, CASTLE_FAMILY_FORWARD, kernel, name, &args, p, bufs, transposed, CASTLE_WS_T_FORWARD, ws,
+               folded, 0, 1, queue, nwait, wait, event);
 }
 
 castle_status castle__schedule_backward(castle_context *ctx, const castle_problem *p,

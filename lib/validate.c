@@ -148,7 +148,7 @@ castle_status castle__check_desc(const castle_context *ctx, const castle_attenti
         !mul_ok(xsz, bh, &xsz) || !mul_ok(p->Lpad, 2, &mlsz) || !mul_ok(mlsz, bh, &mlsz) ||
         !mul_ok(dsz, 8, &tsz))
         return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "the workspace size overflows");
-    const size_t region[CASTLE_WS_COUNT] = {dsz, dsz, dsz, dsz, dsz, xsz, mlsz, tsz};
+    const size_t region[CASTLE_WS_COUNT] = {dsz, dsz, xsz, mlsz, tsz, dsz, dsz, dsz};
     size_t total = 0;
     for (int r = 0; r < CASTLE_WS_COUNT; ++r) {
         p->ws_off[r] = total;
@@ -158,6 +158,7 @@ castle_status castle__check_desc(const castle_context *ctx, const castle_attenti
     if (total > SIZE_MAX / sizeof(float))
         return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "the workspace size overflows");
     p->ws_floats = total;
+    p->ws_forward_floats = p->ws_off[CASTLE_WS_T] + CASTLE_WS_T_FORWARD * dsz; /* below total: no overflow */
     return CASTLE_SUCCESS;
 }
 

@@ -6,20 +6,22 @@
 
 #include <stddef.h>
 
-/* Workspace regions, each for all batch entries x heads: D_j hi and lo parts as the forward leaves
-   them (Lpad x d), the backward's working copy of D (hi, lo) and dD (Lpad x d), the scaled masked
-   X[T_i, T_i] blocks (N x BLK x BLK), the softmax state m, l (Lpad x 2), and the block-transposed
-   copies of up to eight inputs that a pass stages its k-major tiles from (cl/common.cl,
-   castle_transpose_blocks: 8 x Lpad x d, slot-major). */
+/* Workspace regions, each for all batch entries x heads, in this order: the forward's first (D_j hi
+   and lo parts as the forward leaves them, Lpad x d each; the scaled masked X[T_i, T_i] blocks,
+   N x BLK x BLK; the softmax state m, l, Lpad x 2; the block-transposed copies of up to eight inputs
+   that a pass stages its k-major tiles from, cl/common.cl castle_transpose_blocks, 8 x Lpad x d
+   slot-major, the forward's CASTLE_WS_T_FORWARD slots first), then the backward's own (its working
+   copy of D, hi and lo, and dD, Lpad x d each).  A forward alone needs ws_forward_floats. */
+#define CASTLE_WS_T_FORWARD 4 /* slots of CASTLE_WS_T the forward fills (host/schedule.c) */
 typedef enum castle_ws_region {
     CASTLE_WS_D_HI = 0,
     CASTLE_WS_D_LO,
-    CASTLE_WS_W_HI,
-    CASTLE_WS_W_LO,
-    CASTLE_WS_DD,
     CASTLE_WS_X,
     CASTLE_WS_ML,
     CASTLE_WS_T,
+    CASTLE_WS_W_HI,
+    CASTLE_WS_W_LO,
+    CASTLE_WS_DD,
     CASTLE_WS_COUNT
 } castle_ws_region;
 
@@ -30,6 +32,7 @@ typedef struct castle_problem {
     size_t N, Lpad;                        /* blocks, padded length */
     cl_ulong4 strides[CASTLE_TENSOR_COUNT]; /* batch, head, row, 0 */
     size_t ws_floats;                       /* workspace size, floats */
+    size_t ws_forward_floats;               /* the part a forward alone uses (a prefix), floats */
     size_t ws_off[CASTLE_WS_COUNT];         /* region offsets, floats, indexed by castle_ws_region */
 } castle_problem;
 
