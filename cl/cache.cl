@@ -74,7 +74,9 @@ __kernel void castle_cache_prefill_store(const int P, const int d, const int H, 
 /* Work-group (row block sb, bh): U[T_s] = sum_j G[T_s, T_j] VU[T_j] over the key blocks T_j that
    meet the gate of T_s (j from sb up to the window's end), gate rows s < j < lens[b], j <= s + W.
    The forward's mapping and operands (cl/forward.cl, phases 1, 2 and 5): gl = QU[T_s] KU[T_j]^T on
-   micro-tiles, d staged DT columns at a time (QU as MT_AT says, KU k-major, row stride KS), then
+   micro-tiles, d staged DT columns at a time (QU as MT_AT says, KU k-major, row stride KS; both from
+   the block-transposed copies the prefill's forward left in its workspace at ws_t, whose rows past a
+   prompt's length are outside the gate and never reach U), then
    G = castle_gate_v(gl) stored k-major (G^T), and U[T_s] += G VU[T_j] slab by slab of DT columns
    (VU row-major), added to U in global memory (the work-group owns rows T_s of U).  The gate is
    computed exactly as the forward computes it; the product takes, per row s of a micro-tile, only
@@ -89,9 +91,9 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_cache_prefill_u(const int d, const int H, const int W, const int cap, const float sc,
                             __global const int *lens,
                             __global const float *qu, const ulong4 squ,
-                            __global const float *ku, const ulong4 sku,
+                            __global const float *ku, const ulong4 sku, /* read through its copy in ws */
                             __global const float *vu, const ulong4 svu,
-                            __global float *cu)
+                            __global float *cu, __global float *ws, const ulong ws_t, const int Lpad)
 {
     __local float lm[PU_LM];
     __local float *tQU = lm, *tKU = lm + KS * DT;  /* phase 1: k-major, row stride KS */
@@ -106,7 +108,6 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
     const int smax = min(s0 + BLK, P) - 1;
     const int jlast = smax + (W == 0 ? P - 1 - smax : min(W, P - 1 - smax)); /* no int overflow */
     __global const float *pqu = qu + tensor_offset(squ, b, h, 0);
-    __global const float *pku = ku + tensor_offset(sku, b, h, 0);
     __global const float *pvu = vu + tensor_offset(svu, b, h, 0);
     __global float *U = cu + (ulong)bh * cap * d;
     const vfloat lane = lane_index();
@@ -117,8 +118,8 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
         for (int m = 0; m < FUPT; ++m)
             mt_zero(gl[m]);
         for (int c0 = 0; c0 < d; c0 += DT) {
-            stage_tile_ks(tQU, KS, pqu, squ.z, s0, P, c0, DT, d, MT_AT);
-            stage_tile_ks(tKU, KS, pku, sku.z, j0, P, c0, DT, d, true);
+            stage_tile_a(tQU, KS, tcopy(ws, ws_t, CASTLE_T_QU, bh, Lpad, d), pqu, squ.z, sb, P, c0, DT, d);
+            stage_tile_t(tKU, KS, tcopy(ws, ws_t, CASTLE_T_KU, bh, Lpad, d), jb, c0, DT, d);
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);

@@ -217,6 +217,10 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
                 ARG(au, p->strides[t]);
             }
             ARG(au, c->u);
+            const cl_ulong ws_t = p->ws_off[CASTLE_WS_T]; /* the forward's copies of QU and KU */
+            ARG(au, ws);
+            ARG(au, ws_t);
+            ARG(au, Lpad);
             const size_t gu[2] = {p->N * (size_t)ctx->tuning.threads, p->B * p->H};
             if ((st = castle__launch(&ch, true, ctx, ku, "castle_cache_prefill_u", &au, gu, local)))
                 goto done;
