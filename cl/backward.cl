@@ -11,7 +11,8 @@
  * initialise the gradients instead of accumulating.
  * Workspace regions (floats, per batch entry x head): the forward's D hi/lo (read at a column's first
  * touch), the working copy W hi/lo of D_j^(k) (rolled back here, so the forward's state survives and
- * the backward can run again), dD (gradient of D_j^(k+1)), X (the forward's scaled masked X blocks),
+ * the backward can run again), dD (gradient of D_j^(k+1)), X (the forward's scaled masked X blocks
+ * and their transposes),
  * and the block-transposed copies of QU, KU, QC, KC, VU, VC, O and dO (common.cl,
  * castle_transpose_blocks: launched before the wavefront). */
 
@@ -103,7 +104,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __global float *Whi = ws + ws_whi + bhd;
     __global float *Wlo = ws + ws_wlo + bhd;
     __global float *dD = ws + ws_dd + bhd;
-    __global const float *X = ws + ws_x + ((ulong)bh * N + i) * (BLK * BLK);
+    __global const float *X = ws + ws_x + ((ulong)bh * N + i) * (2 * BLK * BLK), *XT = X + BLK * BLK;
     /* block-transposed copies of the inputs (common.cl, castle_transpose_blocks) */
     __global const float *xqu = tcopy(ws, ws_t, CASTLE_T_QU, bh, Lpad, d);
     __global const float *xku = tcopy(ws, ws_t, CASTLE_T_KU, bh, Lpad, d);
@@ -174,11 +175,12 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 gv[m][e] = gg;
                 VSTORE(gg, sG + rr * BLK + cv);
                 store_column(sGt, cv, rr, gg);
-                const vfloat y = VLOAD(X + rr * BLK + cv); /* rows t, columns j' */
-                VSTORE(y, sY + rr * BLK + cv);
-                store_column(sYt, cv, rr, y);
+                VSTORE(VLOAD(X + rr * BLK + cv), sY + rr * BLK + cv); /* rows t, columns j' */
             }
         }
+    if (gate) /* Yt: the forward's X^T */
+        for (int e = lid; e < BLK * BLK / VW; e += NT)
+            VSTORE(VLOAD(XT + e * VW), sYt + e * VW);
     barrier(CLK_LOCAL_MEM_FENCE);
 
     /* Phase B: roll D_j back to D_j^(k) (into W and the k-major tile T6: exactly the D_j the forward

@@ -9,7 +9,8 @@
  * Within one launch every work-group writes only its row block i (O, lse, m, l, X) and its column
  * block j (D_j), so no two work-groups touch the same memory and no atomics are needed.
  * Workspace (floats): D hi and lo parts (BH x Lpad x d each, row s of D_j^T at s; the pair is
- * accumulated with pair_add), X (BH x N x BLK x BLK, the scaled masked X[T_i,T_i] written at k = 0),
+ * accumulated with pair_add), X (BH x N x 2 BLK x BLK: the scaled masked X[T_i,T_i] written at k = 0,
+ * row-major, then its transpose),
  * ML (BH x Lpad x 2: running max m and sum l per row), and the block-transposed copies of QU, KU, QC
  * and KC (common.cl, castle_transpose_blocks: launched before the wavefront).
  * Row block i is finished at k = i by work-group j = 0, which writes O = acc / l and lse = m + log l. */
@@ -68,7 +69,8 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     __global const float *pvc = vc + tensor_offset(svc, b, h, 0);
     __global float *D = ws + (ulong)bh * Lpad * d;
     __global float *Dlo = ws + ws_dlo + (ulong)bh * Lpad * d;
-    __global float *X = ws + ws_x + ((ulong)bh * N + i) * (BLK * BLK); /* row-major (t, j'): backward.cl reads it */
+    /* X[T_i, T_i] row-major (t, j') and transposed (X^T, as sXt), one after the other */
+    __global float *X = ws + ws_x + ((ulong)bh * N + i) * (2 * BLK * BLK), *XT = X + BLK * BLK;
     __global float *ML = ws + ws_ml + (ulong)bh * Lpad * 2;
     /* block-transposed copies of the inputs (common.cl, castle_transpose_blocks) */
     __global const float *xqu = tcopy(ws, ws_t, CASTLE_T_QU, bh, Lpad, d);
@@ -134,11 +136,14 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
                 }
             }
         }
-        if (k > 0)
-            for (int e = lid; e < BLK * BLK; e += NT)
-                sXt[(e % BLK) * BLK + e / BLK] = X[e];
+        if (k > 0) /* the transpose written at k = 0 (below): vector copies */
+            for (int e = lid; e < BLK * BLK / VW; e += NT)
+                VSTORE(VLOAD(XT + e * VW), sXt + e * VW);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+    if (k == 0) /* X^T for the later steps of row block i and the backward */
+        for (int e = lid; e < BLK * BLK / VW; e += NT)
+            VSTORE(VLOAD(sXt + e * VW), XT + e * VW);
 
     /* Phase 3: SU = sc QC D_j + (X masked j' <= t) G^T and the scores A[T_i, T_j] (rows t, columns
        s), stored transposed.  The X G^T product stops at the diagonal (mt_product_lower). */

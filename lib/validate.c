@@ -144,7 +144,7 @@ castle_status castle__check_desc(const castle_context *ctx, const castle_attenti
 
     /* Workspace regions (castle_ws_region), each for all batch entries x heads. */
     size_t dsz, xsz, mlsz, tsz;
-    if (!mul_ok(p->Lpad, p->d, &dsz) || !mul_ok(dsz, bh, &dsz) || !mul_ok(p->N, blk * blk, &xsz) ||
+    if (!mul_ok(p->Lpad, p->d, &dsz) || !mul_ok(dsz, bh, &dsz) || !mul_ok(p->N, 2 * blk * blk, &xsz) ||
         !mul_ok(xsz, bh, &xsz) || !mul_ok(p->Lpad, 2, &mlsz) || !mul_ok(mlsz, bh, &mlsz) ||
         !mul_ok(dsz, 8, &tsz))
         return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "the workspace size overflows");

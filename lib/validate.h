@@ -7,8 +7,8 @@
 #include <stddef.h>
 
 /* Workspace regions, each for all batch entries x heads, in this order: the forward's first (D_j hi
-   and lo parts as the forward leaves them, Lpad x d each; the scaled masked X[T_i, T_i] blocks,
-   N x BLK x BLK; the softmax state m, l, Lpad x 2; the block-transposed copies of up to eight inputs
+   and lo parts as the forward leaves them, Lpad x d each; the scaled masked X[T_i, T_i] blocks
+   and their transposes, N x 2 BLK x BLK; the softmax state m, l, Lpad x 2; the block-transposed copies of up to eight inputs
    that a pass stages its k-major tiles from, cl/common.cl castle_transpose_blocks, 8 x Lpad x d
    slot-major, the forward's CASTLE_WS_T_FORWARD slots first), then the backward's own (its working
    copy of D, hi and lo, and dD, Lpad x d each).  A forward alone needs ws_forward_floats. */
