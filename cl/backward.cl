@@ -13,8 +13,8 @@
  * touch), the working copy W hi/lo of D_j^(k) (rolled back here, so the forward's state survives and
  * the backward can run again), dD (gradient of D_j^(k+1)), X (the forward's scaled masked X blocks
  * and their transposes),
- * and the block-transposed copies of QU, KU, QC, KC, VU, VC, O and dO (common.cl,
- * castle_transpose_blocks: launched before the wavefront). */
+ * and the block-transposed copies (common.cl) of QU, KU, QC, KC as the forward wrote them and of VU, VC,
+ * O, dO (castle_transpose_blocks, launched before the wavefront). */
 
 #if (NT % BLK) != 0 || NT < BLK
 #error "backward.cl: NT must be a multiple of BLK"

@@ -502,7 +502,9 @@ inline ulong tensor_offset(ulong4 s, uint b, uint h, uint r)
    (n d + c) BLK + r (rows >= L are zeros), and the kernels stage k-major tiles from it with vector
    copies (stage_tile_t).  The copy of input slot q (CASTLE_T_*) of bh starts at
    ws_t + (q BH + bh) Lpad d, BH = the launch's dimension-1 groups (batch entries x heads).  The
-   forward fills slots 0-3, the backward all eight (host/schedule.c passes them in this order). */
+   forward fills slots 0-3 and the backward slots 4-7, reading 0-3 as the forward left them (its
+   inputs are the forward's: the D and X it reads depend on them too); host/schedule.c passes the
+   inputs in this order. */
 #define CASTLE_T_QU 0
 #define CASTLE_T_KU 1
 #define CASTLE_T_QC 2
@@ -545,24 +547,22 @@ __attribute__((always_inline)) inline void stage_tile_a(__local float *t, const 
         copy_tile(t, w, 1, x, rs, n * BLK, nrows, c0, w, d);
 }
 
-/* Work-group (n + N q, bh) writes block n of the block-transposed copy of input q (x0 .. x7; a
-   launch covers the first get_num_groups(0) / N of them), through local memory: staged k-major by
-   copy_tile's transposition, written out a column of the block (BLK contiguous floats) at a time. */
+/* Work-group (n + N q, bh) writes block n of the block-transposed copy of input xq (x0 .. x3; a
+   launch covers the first get_num_groups(0) / N of them) into slot q0 + q, through local memory:
+   staged k-major by copy_tile's transposition, written out a column of the block (BLK contiguous
+   floats) at a time. */
 #define CASTLE_T_IN(q) __global const float *x##q, const ulong4 s##q
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
-void castle_transpose_blocks(const int L, const int d, const int H, CASTLE_T_IN(0), CASTLE_T_IN(1), CASTLE_T_IN(2),
-                             CASTLE_T_IN(3), CASTLE_T_IN(4), CASTLE_T_IN(5), CASTLE_T_IN(6), CASTLE_T_IN(7),
-                             __global float *ws, const ulong ws_t)
+void castle_transpose_blocks(const int L, const int d, const int H, const int q0, CASTLE_T_IN(0), CASTLE_T_IN(1),
+                             CASTLE_T_IN(2), CASTLE_T_IN(3), __global float *ws, const ulong ws_t)
 {
     __local float lm[KS * DT];
     const int N = (L + BLK - 1) / BLK, Lpad = N * BLK;
     const int q = get_group_id(0) / N, n = get_group_id(0) % N, bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;
-    __global const float *x = q == 0 ? x0 : q == 1 ? x1 : q == 2 ? x2 : q == 3 ? x3
-                            : q == 4 ? x4 : q == 5 ? x5 : q == 6 ? x6 : x7;
-    const ulong4 s = q == 0 ? s0 : q == 1 ? s1 : q == 2 ? s2 : q == 3 ? s3
-                   : q == 4 ? s4 : q == 5 ? s5 : q == 6 ? s6 : s7;
-    __global float *xt = tcopy(ws, ws_t, q, bh, Lpad, d);
+    __global const float *x = q == 0 ? x0 : q == 1 ? x1 : q == 2 ? x2 : x3;
+    const ulong4 s = q == 0 ? s0 : q == 1 ? s1 : q == 2 ? s2 : s3;
+    __global float *xt = tcopy(ws, ws_t, q0 + q, bh, Lpad, d);
     const int nv = BLK / VW;
     for (int c0 = 0;; c0 += DT) { /* d >= 1; leaves after the last barrier (backward.cl says why) */
         copy_tile(lm, 1, KS, x + tensor_offset(s, b, h, 0), s.z, n * BLK, L, c0, DT, d);

@@ -43,15 +43,27 @@ static bool fold(const castle_context *ctx, const castle_problem *p)
     return p->N <= ctx->tuning.fold && p->B * p->H >= 2 * (size_t)ctx->info.compute_units;
 }
 
-/* Enqueues, on one chain, the launch of castle_transpose_blocks that writes the block-transposed
-   copies of the ntr inputs `transposed` (slot q = position q, cl/common.cl's CASTLE_T_*; the kernel
-   is in every program, this family's is used), then the
-   wavefront of kernel: folded, one launch of one work-group per batch entry and head; else N
-   launches, launch n covering the N - k columns of iteration k = first_k + n * step (arg 0). */
+/* The inputs whose block-transposed copies a pass writes (cl/common.cl, castle_transpose_blocks):
+   slots q0 .. q0 + 3 of the workspace region CASTLE_WS_T, in the order of cl/common.cl's CASTLE_T_*.
+   The backward reads slots 0-3 as the forward left them. */
+typedef struct transposes {
+    cl_int q0;
+    castle_tensor in[CASTLE_WS_T_FORWARD];
+} transposes;
+static const transposes forward_transposes = {
+    0, {CASTLE_TENSOR_QU, CASTLE_TENSOR_KU, CASTLE_TENSOR_QC, CASTLE_TENSOR_KC}};
+static const transposes backward_transposes = {
+    CASTLE_WS_T_FORWARD, {CASTLE_TENSOR_VU, CASTLE_TENSOR_VC, CASTLE_TENSOR_O, CASTLE_TENSOR_DO}};
+_Static_assert(CASTLE_WS_T_FORWARD == 4 && CASTLE_WS_T_SLOTS == 2 * CASTLE_WS_T_FORWARD,
+               "castle_transpose_blocks takes four inputs; each pass fills half of the slots");
+
+/* Enqueues, on one chain, the launch of castle_transpose_blocks (in every program; this family's is
+   used) that writes the copies tr, then the wavefront of kernel: folded, one launch of one
+   work-group per batch entry and head; else N launches, launch n covering the N - k columns of
+   iteration k = first_k + n * step (arg 0). */
 static castle_status run(castle_context *ctx, castle_family family, cl_kernel kernel, const char *name,
-                         castle_args *args,
-                         const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
-                         const castle_tensor *transposed, int ntr, cl_mem ws, bool folded, int first_k, int step,
+                         castle_args *args, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
+                         const transposes *tr, cl_mem ws, bool folded, int first_k, int step,
                          cl_command_queue queue, cl_uint nwait, const cl_event *wait, cl_event *event)
 {
     static const char tname[] = "castle_transpose_blocks";
@@ -66,10 +78,10 @@ static castle_status run(castle_context *ctx, castle_family family, cl_kernel ke
     CASTLE_ARG(&targs, L);
     CASTLE_ARG(&targs, d);
     CASTLE_ARG(&targs, H);
-    for (int q = 0; q < 8; ++q) { /* unused slots repeat the first input */
-        const castle_tensor tq = transposed[q < ntr ? q : 0];
-        CASTLE_ARG(&targs, bufs[tq]);
-        CASTLE_ARG(&targs, p->strides[tq]);
+    CASTLE_ARG(&targs, tr->q0);
+    for (int q = 0; q < CASTLE_WS_T_FORWARD; ++q) {
+        CASTLE_ARG(&targs, bufs[tr->in[q]]);
+        CASTLE_ARG(&targs, p->strides[tr->in[q]]);
     }
     CASTLE_ARG(&targs, ws);
     CASTLE_ARG(&targs, ws_t);
@@ -77,7 +89,7 @@ static castle_status run(castle_context *ctx, castle_family family, cl_kernel ke
     castle_chain ch;
     if ((st = castle__chain_init(&ch, queue, nwait, wait, event)) != CASTLE_SUCCESS)
         return st;
-    const size_t tglobal[2] = {threads * p->N * (size_t)ntr, p->B * p->H};
+    const size_t tglobal[2] = {threads * p->N * CASTLE_WS_T_FORWARD, p->B * p->H};
     st = castle__launch(&ch, false, ctx, tk, tname, &targs, tglobal, local);
     const int N = folded ? 1 : (int)p->N;
     for (int n = 0; n < N && st == CASTLE_SUCCESS; ++n) {
@@ -97,8 +109,6 @@ castle_status castle__schedule_forward(castle_context *ctx, const castle_problem
     static const castle_tensor tensors[] = {CASTLE_TENSOR_QU, CASTLE_TENSOR_KU, CASTLE_TENSOR_VU, CASTLE_TENSOR_QC,
                                             CASTLE_TENSOR_KC, CASTLE_TENSOR_VC, CASTLE_TENSOR_O,  CASTLE_TENSOR_LSE};
     static const castle_ws_region regions[] = {CASTLE_WS_D_LO, CASTLE_WS_X, CASTLE_WS_ML, CASTLE_WS_T};
-    static const castle_tensor transposed[CASTLE_WS_T_FORWARD] = {CASTLE_TENSOR_QU, CASTLE_TENSOR_KU,
-                                                                  CASTLE_TENSOR_QC, CASTLE_TENSOR_KC};
     const bool folded = fold(ctx, p);
     const char *name = folded ? "castle_forward_fold" : "castle_forward_block";
     cl_kernel kernel;
@@ -107,8 +117,8 @@ castle_status castle__schedule_forward(castle_context *ctx, const castle_problem
         return st;
     castle_args args = {.n = 0};
     common_args(&args, p, bufs, tensors, 8, ws, regions, 4);
-    return run(ctx, CASTLE_FAMILY_FORWARD, kernel, name, &args, p, bufs, transposed, CASTLE_WS_T_FORWARD, ws,
-               folded, 0, 1, queue, nwait, wait, event);
+    return run(ctx, CASTLE_FAMILY_FORWARD, kernel, name, &args, p, bufs, &forward_transposes, ws, folded, 0, 1,
+               queue, nwait, wait, event);
 }
 
 castle_status castle__schedule_backward(castle_context *ctx, const castle_problem *p,
@@ -121,9 +131,6 @@ castle_status castle__schedule_backward(castle_context *ctx, const castle_proble
         CASTLE_TENSOR_DKU, CASTLE_TENSOR_DVU, CASTLE_TENSOR_DQC, CASTLE_TENSOR_DKC, CASTLE_TENSOR_DVC};
     static const castle_ws_region regions[] = {CASTLE_WS_D_LO, CASTLE_WS_W_HI, CASTLE_WS_W_LO, CASTLE_WS_DD,
                                                CASTLE_WS_X,    CASTLE_WS_T};
-    static const castle_tensor transposed[] = {CASTLE_TENSOR_QU, CASTLE_TENSOR_KU, CASTLE_TENSOR_QC,
-                                               CASTLE_TENSOR_KC, CASTLE_TENSOR_VU, CASTLE_TENSOR_VC,
-                                               CASTLE_TENSOR_O,  CASTLE_TENSOR_DO};
     const bool folded = fold(ctx, p);
     const char *name = folded ? "castle_backward_fold" : "castle_backward_block";
     cl_kernel kernel;
@@ -132,6 +139,6 @@ castle_status castle__schedule_backward(castle_context *ctx, const castle_proble
         return st;
     castle_args args = {.n = 0};
     common_args(&args, p, bufs, tensors, 15, ws, regions, 6);
-    return run(ctx, CASTLE_FAMILY_BACKWARD, kernel, name, &args, p, bufs, transposed, 8, ws, folded, (int)p->N - 1, -1, queue, nwait,
-               wait, event);
+    return run(ctx, CASTLE_FAMILY_BACKWARD, kernel, name, &args, p, bufs, &backward_transposes, ws, folded,
+               (int)p->N - 1, -1, queue, nwait, wait, event);
 }

@@ -12,7 +12,8 @@
    that a pass stages its k-major tiles from, cl/common.cl castle_transpose_blocks, 8 x Lpad x d
    slot-major, the forward's CASTLE_WS_T_FORWARD slots first), then the backward's own (its working
    copy of D, hi and lo, and dD, Lpad x d each).  A forward alone needs ws_forward_floats. */
-#define CASTLE_WS_T_FORWARD 4 /* slots of CASTLE_WS_T the forward fills (host/schedule.c) */
+#define CASTLE_WS_T_SLOTS 8   /* slots of CASTLE_WS_T (cl/common.cl CASTLE_T_*) */
+#define CASTLE_WS_T_FORWARD 4 /* the first slots, the forward's; the backward fills the others */
 typedef enum castle_ws_region {
     CASTLE_WS_D_HI = 0,
     CASTLE_WS_D_LO,
