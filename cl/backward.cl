@@ -11,10 +11,10 @@
  * initialise the gradients instead of accumulating.
  * Workspace regions (floats, per batch entry x head): the forward's D hi/lo (read at a column's first
  * touch), the working copy W hi/lo of D_j^(k) (rolled back here, so the forward's state survives and
- * the backward can run again), dD (gradient of D_j^(k+1)), X (the forward's scaled masked X blocks
- * and their transposes),
- * and the block-transposed copies (common.cl) of QU, KU, QC, KC as the forward wrote them and of VU, VC,
- * O, dO (castle_transpose_blocks, launched before the wavefront). */
+ * the backward can run again), dD (gradient of D_j^(k+1)), Delta (rowsum(dO * O), written by the
+ * first touch of each row block and read by its later pairs), X (the forward's scaled masked X
+ * blocks and their transposes), and the block-transposed copies (common.cl) of QU, KU, QC, KC as the
+ * forward wrote them and of VU, VC, dO (castle_transpose_blocks, launched before the wavefront). */
 
 #if (NT % BLK) != 0 || NT < BLK
 #error "backward.cl: NT must be a multiple of BLK"
@@ -67,12 +67,12 @@ __attribute__((always_inline)) inline void accumulate(__global float *p, int n, 
     const ulong4 sdo, __global float *dqu, const ulong4 sdqu, __global float *dku, const ulong4 sdku, \
     __global float *dvu, const ulong4 sdvu, __global float *dqc, const ulong4 sdqc, \
     __global float *dkc, const ulong4 sdkc, __global float *dvc, const ulong4 sdvc, __global float *ws, \
-    const ulong ws_dlo, const ulong ws_whi, const ulong ws_wlo, const ulong ws_dd, const ulong ws_x, \
-    const ulong ws_t
+    const ulong ws_dlo, const ulong ws_whi, const ulong ws_wlo, const ulong ws_dd, const ulong ws_delta, \
+    const ulong ws_x, const ulong ws_t
 #define BACKWARD_BLOCK_ARGS \
     L, d, H, W, sc, qu, squ, ku, sku, vu, svu, qc, sqc, kc, skc, vc, svc, o, so, lse, slse, dout, sdo, \
     dqu, sdqu, dku, sdku, dvu, sdvu, dqc, sdqc, dkc, sdkc, dvc, sdvc, ws, ws_dlo, ws_whi, ws_wlo, \
-    ws_dd, ws_x, ws_t
+    ws_dd, ws_delta, ws_x, ws_t
 
 /* The block pair (i = j + k, j) of batch entry x head bh, computed by the whole work-group. */
 inline void backward_block(__local float *lm, const int k, const int j, const int bh, BACKWARD_BLOCK_PARAMS)
@@ -104,6 +104,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __global float *Whi = ws + ws_whi + bhd;
     __global float *Wlo = ws + ws_wlo + bhd;
     __global float *dD = ws + ws_dd + bhd;
+    __global float *Delta = ws + ws_delta + (ulong)bh * Lpad; /* per row, written at the row's first touch */
     __global const float *X = ws + ws_x + ((ulong)bh * N + i) * (2 * BLK * BLK), *XT = X + BLK * BLK;
     /* block-transposed copies of the inputs (common.cl, castle_transpose_blocks) */
     __global const float *xqu = tcopy(ws, ws_t, CASTLE_T_QU, bh, Lpad, d);
@@ -112,7 +113,6 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __global const float *xkc = tcopy(ws, ws_t, CASTLE_T_KC, bh, Lpad, d);
     __global const float *xvu = tcopy(ws, ws_t, CASTLE_T_VU, bh, Lpad, d);
     __global const float *xvc = tcopy(ws, ws_t, CASTLE_T_VC, bh, Lpad, d);
-    __global const float *xo = tcopy(ws, ws_t, CASTLE_T_O, bh, Lpad, d);
     __global const float *xdo = tcopy(ws, ws_t, CASTLE_T_DO, bh, Lpad, d);
 
     /* Matrices, m[row * BLK + col] ("rm") or transposed ("Xt": X's column index first):
@@ -184,7 +184,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     barrier(CLK_LOCAL_MEM_FENCE);
 
     /* Phase B: roll D_j back to D_j^(k) (into W and the k-major tile T6: exactly the D_j the forward
-       read), Delta = rowsum(dO * O) and the products QC KC^T, QC D_j^(k)T, dO VC^T.  Delta and
+       read), Delta = rowsum(dO * O) (at the row block's first touch; later pairs read it from the
+       workspace) and the products QC KC^T, QC D_j^(k)T, dO VC^T.  Delta and
        dO VC^T are one FMA chain each in the same order, so that dA = P (dP - Delta) is exactly 0
        where the two agree exactly (a row with a single key: O = VC). */
     float delta = 0.0f;
@@ -193,7 +194,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         stage_tile_t(T1, BLK, xkc, j, c0, DT, d);
         stage_tile_a(T2, BLK, xdo, pdo, sdo.z, i, L, c0, DT, d);
         stage_tile_t(T3, BLK, xvc, j, c0, DT, d);
-        stage_tile_a(T4, BLK, xo, po, so.z, i, L, c0, DT, d);
+        if (first_row) /* O, for Delta (read by the row's first pair only: staged from O itself) */
+            stage_tile(T4, po, so.z, t0, L, c0, DT, d, MT_AT);
         if (gate && k > 0)
             stage_tile(T5, pvu, svu.z, t0, L, c0, DT, d, false);
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -224,7 +226,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             }
         /* global fence too: phase D1 reads W rows other work-items wrote */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        if (lid < BLK) { /* in mt_product's order: even and odd c apart, then added */
+        if (first_row && lid < BLK) { /* in mt_product's order: even and odd c apart, then added */
             float e0 = 0.0f, e1 = 0.0f;
             for (int c = 0; c < DT; c += 2) {
                 e0 += T2[MT_AOFF(lid, DT, c)] * T4[MT_AOFF(lid, DT, c)];
@@ -244,7 +246,10 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             break;
     }
     if (lid < BLK) {
-        sDelta[lid] = delta;
+        const bool row = t0 + lid < L;
+        if (first_row && row)
+            Delta[t0 + lid] = delta;
+        sDelta[lid] = first_row ? delta : row ? Delta[t0 + lid] : 0.0f;
         sLse[lid] = (t0 + lid < L) ? lse[tensor_offset(slse, b, h, t0 + lid)] : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);

@@ -502,7 +502,7 @@ inline ulong tensor_offset(ulong4 s, uint b, uint h, uint r)
    (n d + c) BLK + r (rows >= L are zeros), and the kernels stage k-major tiles from it with vector
    copies (stage_tile_t).  The copy of input slot q (CASTLE_T_*) of bh starts at
    ws_t + (q BH + bh) Lpad d, BH = the launch's dimension-1 groups (batch entries x heads).  The
-   forward fills slots 0-3 and the backward slots 4-7, reading 0-3 as the forward left them (its
+   forward fills slots 0-3 and the backward slots 4-6, reading 0-3 as the forward left them (its
    inputs are the forward's: the D and X it reads depend on them too); host/schedule.c passes the
    inputs in this order. */
 #define CASTLE_T_QU 0
@@ -511,8 +511,7 @@ inline ulong tensor_offset(ulong4 s, uint b, uint h, uint r)
 #define CASTLE_T_KC 3
 #define CASTLE_T_VU 4
 #define CASTLE_T_VC 5
-#define CASTLE_T_O 6
-#define CASTLE_T_DO 7
+#define CASTLE_T_DO 6
 
 /* The block-transposed copy of slot q for batch entry x head bh. */
 inline __global float *tcopy(__global float *ws, const ulong ws_t, const int q, const int bh, const int Lpad,

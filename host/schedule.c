@@ -43,19 +43,20 @@ static bool fold(const castle_context *ctx, const castle_problem *p)
     return p->N <= ctx->tuning.fold && p->B * p->H >= 2 * (size_t)ctx->info.compute_units;
 }
 
-/* The inputs whose block-transposed copies a pass writes (cl/common.cl, castle_transpose_blocks):
-   slots q0 .. q0 + 3 of the workspace region CASTLE_WS_T, in the order of cl/common.cl's CASTLE_T_*.
-   The backward reads slots 0-3 as the forward left them. */
+/* The n inputs whose block-transposed copies a pass writes (cl/common.cl, castle_transpose_blocks):
+   slots q0 .. q0 + n - 1 of the workspace region CASTLE_WS_T, in the order of cl/common.cl's
+   CASTLE_T_*.  The backward reads slots 0-3 as the forward left them. */
 typedef struct transposes {
     cl_int q0;
-    castle_tensor in[CASTLE_WS_T_FORWARD];
+    int n;
+    castle_tensor in[CASTLE_WS_T_INPUTS];
 } transposes;
 static const transposes forward_transposes = {
-    0, {CASTLE_TENSOR_QU, CASTLE_TENSOR_KU, CASTLE_TENSOR_QC, CASTLE_TENSOR_KC}};
+    0, 4, {CASTLE_TENSOR_QU, CASTLE_TENSOR_KU, CASTLE_TENSOR_QC, CASTLE_TENSOR_KC}};
 static const transposes backward_transposes = {
-    CASTLE_WS_T_FORWARD, {CASTLE_TENSOR_VU, CASTLE_TENSOR_VC, CASTLE_TENSOR_O, CASTLE_TENSOR_DO}};
-_Static_assert(CASTLE_WS_T_FORWARD == 4 && CASTLE_WS_T_SLOTS == 2 * CASTLE_WS_T_FORWARD,
-               "castle_transpose_blocks takes four inputs; each pass fills half of the slots");
+    CASTLE_WS_T_FORWARD, 3, {CASTLE_TENSOR_VU, CASTLE_TENSOR_VC, CASTLE_TENSOR_DO}};
+_Static_assert(CASTLE_WS_T_FORWARD == 4 && CASTLE_WS_T_SLOTS == CASTLE_WS_T_FORWARD + 3,
+               "the forward fills four slots, the backward three");
 
 /* Enqueues, on one chain, the launch of castle_transpose_blocks (in every program; this family's is
    used) that writes the copies tr, then the wavefront of kernel: folded, one launch of one
@@ -79,9 +80,10 @@ static castle_status run(castle_context *ctx, castle_family family, cl_kernel ke
     CASTLE_ARG(&targs, d);
     CASTLE_ARG(&targs, H);
     CASTLE_ARG(&targs, tr->q0);
-    for (int q = 0; q < CASTLE_WS_T_FORWARD; ++q) {
-        CASTLE_ARG(&targs, bufs[tr->in[q]]);
-        CASTLE_ARG(&targs, p->strides[tr->in[q]]);
+    for (int q = 0; q < CASTLE_WS_T_INPUTS; ++q) { /* arguments beyond n: never read (the grid covers n) */
+        const castle_tensor t = tr->in[q < tr->n ? q : tr->n - 1];
+        CASTLE_ARG(&targs, bufs[t]);
+        CASTLE_ARG(&targs, p->strides[t]);
     }
     CASTLE_ARG(&targs, ws);
     CASTLE_ARG(&targs, ws_t);
@@ -89,7 +91,7 @@ static castle_status run(castle_context *ctx, castle_family family, cl_kernel ke
     castle_chain ch;
     if ((st = castle__chain_init(&ch, queue, nwait, wait, event)) != CASTLE_SUCCESS)
         return st;
-    const size_t tglobal[2] = {threads * p->N * CASTLE_WS_T_FORWARD, p->B * p->H};
+    const size_t tglobal[2] = {threads * p->N * (size_t)tr->n, p->B * p->H};
     st = castle__launch(&ch, false, ctx, tk, tname, &targs, tglobal, local);
     const int N = folded ? 1 : (int)p->N;
     for (int n = 0; n < N && st == CASTLE_SUCCESS; ++n) {
@@ -129,8 +131,8 @@ castle_status castle__schedule_backward(castle_context *ctx, const castle_proble
         CASTLE_TENSOR_QU, CASTLE_TENSOR_KU,  CASTLE_TENSOR_VU,  CASTLE_TENSOR_QC,  CASTLE_TENSOR_KC,
         CASTLE_TENSOR_VC, CASTLE_TENSOR_O,   CASTLE_TENSOR_LSE, CASTLE_TENSOR_DO,  CASTLE_TENSOR_DQU,
         CASTLE_TENSOR_DKU, CASTLE_TENSOR_DVU, CASTLE_TENSOR_DQC, CASTLE_TENSOR_DKC, CASTLE_TENSOR_DVC};
-    static const castle_ws_region regions[] = {CASTLE_WS_D_LO, CASTLE_WS_W_HI, CASTLE_WS_W_LO, CASTLE_WS_DD,
-                                               CASTLE_WS_X,    CASTLE_WS_T};
+    static const castle_ws_region regions[] = {CASTLE_WS_D_LO, CASTLE_WS_W_HI, CASTLE_WS_W_LO,
+                                               CASTLE_WS_DD,   CASTLE_WS_DELTA, CASTLE_WS_X, CASTLE_WS_T};
     const bool folded = fold(ctx, p);
     const char *name = folded ? "castle_backward_fold" : "castle_backward_block";
     cl_kernel kernel;
@@ -138,7 +140,7 @@ castle_status castle__schedule_backward(castle_context *ctx, const castle_proble
     if (st != CASTLE_SUCCESS)
         return st;
     castle_args args = {.n = 0};
-    common_args(&args, p, bufs, tensors, 15, ws, regions, 6);
+    common_args(&args, p, bufs, tensors, 15, ws, regions, 7);
     return run(ctx, CASTLE_FAMILY_BACKWARD, kernel, name, &args, p, bufs, &backward_transposes, ws, folded,
                (int)p->N - 1, -1, queue, nwait, wait, event);
 }

@@ -8,12 +8,14 @@
 
 /* Workspace regions, each for all batch entries x heads, in this order: the forward's first (D_j hi
    and lo parts as the forward leaves them, Lpad x d each; the scaled masked X[T_i, T_i] blocks
-   and their transposes, N x 2 BLK x BLK; the softmax state m, l, Lpad x 2; the block-transposed copies of up to eight inputs
-   that a pass stages its k-major tiles from, cl/common.cl castle_transpose_blocks, 8 x Lpad x d
+   and their transposes, N x 2 BLK x BLK; the softmax state m, l, Lpad x 2; the block-transposed copies of seven inputs
+   that a pass stages its k-major tiles from, cl/common.cl castle_transpose_blocks, 7 x Lpad x d
    slot-major, the forward's CASTLE_WS_T_FORWARD slots first), then the backward's own (its working
-   copy of D, hi and lo, and dD, Lpad x d each).  A forward alone needs ws_forward_floats. */
-#define CASTLE_WS_T_SLOTS 8   /* slots of CASTLE_WS_T (cl/common.cl CASTLE_T_*) */
+   copy of D, hi and lo, and dD, Lpad x d each; Delta = rowsum(dO * O), Lpad).  A forward alone
+   needs ws_forward_floats. */
+#define CASTLE_WS_T_SLOTS 7   /* slots of CASTLE_WS_T (cl/common.cl CASTLE_T_*) */
 #define CASTLE_WS_T_FORWARD 4 /* the first slots, the forward's; the backward fills the others */
+#define CASTLE_WS_T_INPUTS 4  /* inputs of one launch of castle_transpose_blocks, at most */
 typedef enum castle_ws_region {
     CASTLE_WS_D_HI = 0,
     CASTLE_WS_D_LO,
@@ -23,6 +25,7 @@ typedef enum castle_ws_region {
     CASTLE_WS_W_HI,
     CASTLE_WS_W_LO,
     CASTLE_WS_DD,
+    CASTLE_WS_DELTA,
     CASTLE_WS_COUNT
 } castle_ws_region;
 
