@@ -250,7 +250,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         if (first_row && row)
             Delta[t0 + lid] = delta;
         sDelta[lid] = first_row ? delta : row ? Delta[t0 + lid] : 0.0f;
-        sLse[lid] = (t0 + lid < L) ? lse[tensor_offset(slse, b, h, t0 + lid)] : 0.0f;
+        sLse[lid] = row ? lse[tensor_offset(slse, b, h, t0 + lid)] : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
