@@ -128,19 +128,30 @@ END_TEST
 /* A NaN or an Inf at row r of any input leaves every output row before r bitwise unchanged, under
    the CPU and the GPU mapping, for CASTLE and CASTLE-SWL: masked terms are dropped by select, never
    multiplied by a zero (0 x NaN = NaN), and products over a causal triangle stop at the diagonal.
-   Rows 5 (inside the first block, so inside the diagonal products) and 40 (a later block). */
+   Rows 5 (inside the first block, so inside the diagonal products) and 40 (a later block).  A mapping
+   that needs more local memory than the device has is reported and left out, as in test_tunings; the
+   last three fit 32 KiB (rusticl) or 48 KiB (NVIDIA), so every device runs some of each kind. */
 static const castle_tuning nan_mappings[] = {
     TUNING(.block = 32, .threads = 32, .dchunk = 32, .vector = 16, .tm = 2, .tn = 1, .fold = 8),
     TUNING(.block = 32, .threads = 64, .dchunk = 32, .vector = 16, .tm = 1, .tn = 1, .fold = 8),
     TUNING(.block = 64, .threads = 64, .dchunk = 64, .vector = 16, .tm = 4, .tn = 1, .fold = 8), /* CPU entries */
     TUNING(.block = 32, .threads = 64, .dchunk = 32, .vector = 1, .tm = 4, .tn = 4, .fold = 8),
+    TUNING(.block = 16, .threads = 16, .dchunk = 16, .vector = 4, .tm = 4, .tn = 1, .fold = 8),   /* 32 KiB */
+    TUNING(.block = 16, .threads = 64, .dchunk = 16, .vector = 1, .tm = 2, .tn = 2, .fold = 8),  /* 32 KiB */
+    TUNING(.block = 32, .threads = 128, .dchunk = 16, .vector = 1, .tm = 2, .tn = 2, .fold = 8), /* 48 KiB */
 };
 
 START_TEST(test_nonfinite_row)
 {
     castle_context *ctx = NULL;
     ck_assert(castle_context_create_default(NULL, &ctx) == CASTLE_SUCCESS);
-    ck_assert_msg(castle_context_set_tuning(ctx, &nan_mappings[_i]) == CASTLE_SUCCESS, "%s", castle_last_error());
+    castle_status st0 = castle_context_set_tuning(ctx, &nan_mappings[_i]);
+    if (st0 == CASTLE_ERR_BAD_TUNING && strstr(castle_last_error(), "local memory")) { /* said, not hidden */
+        fprintf(stderr, "nonfinite: mapping %d does not fit this device: %s\n", _i, castle_last_error());
+        castle_context_destroy(ctx);
+        return;
+    }
+    ck_assert_msg(st0 == CASTLE_SUCCESS, "%s", castle_last_error());
     static const size_t rows[] = {5, 40};
     for (long W = 0; W <= 7; W += 7) {
         const h_fwd_case c = {1, 2, 100, 24, W, H_BHLD, 1, 0, 77};
