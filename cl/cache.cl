@@ -115,20 +115,24 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
     for (int jb = sb; jb * BLK <= jlast; ++jb) {
         const int j0 = jb * BLK;
         vfloat gl[FUPT][MT_ACC];
+        #pragma unroll
         for (int m = 0; m < FUPT; ++m)
             mt_zero(gl[m]);
         for (int c0 = 0; c0 < d; c0 += DT) {
             stage_tile_a(tQU, KS, tcopy(ws, ws_t, CASTLE_T_QU, bh, Lpad, d), pqu, squ.z, sb, P, c0, DT, d);
             stage_tile_t(tKU, KS, tcopy(ws, ws_t, CASTLE_T_KU, bh, Lpad, d), jb, c0, DT, d);
             barrier(CLK_LOCAL_MEM_FENCE);
+            #pragma unroll
             for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
                 mt_product(gl[m], MT_A_KS(tQU, row0, DT, 0, KS), tKU + col0, KS, DT);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
+        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
                 store_column(sGt, cv, rr, castle_gate_v(gl[m][e], sc, s0 + rr, (float)(j0 + cv) + lane, P, W));
@@ -141,11 +145,13 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
         for (int c0 = 0; c0 < d; c0 += DT) {
             stage_tile(tV, pvu, svu.z, j0, P, c0, DT, d, false);
             barrier(CLK_LOCAL_MEM_FENCE);
+            #pragma unroll
             for (int m = 0; m < FUPC; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                 vfloat acc[MT_ACC];
                 mt_zero(acc);
                 mt_product_band(acc, sGt + row0, BLK, tV + col0, DT, row0, lo, hi);
+                #pragma unroll
                 for (int e = 0; e < MT_ACC; ++e) {
                     const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
                     if (s0 + rr < P && gc < d) {
@@ -161,23 +167,24 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
 }
 
 /* Decode: a work-group of DNT work-items is TEAMS teams of DLN lanes; a team handles one cache row
-   at a time.  On SIMD (CPU) tunings, VW > 1 (common.cl), a work-item is an iteration of a loop: each
-   takes whole rows, float4 at a time.  Otherwise (GPUs) work-groups of 128 or more give a row 4
-   lanes, adjacent lanes on adjacent float4s (an NVIDIA H200 decoded B=2 H=16 d=64 t=32768 in
-   0.755 ms against 0.814 ms with 8 lanes: shorter cross-lane sums, more rows in flight).  The host
-   reads DNT back from the compiled kernel.
+   at a time.  Under the tuning's decode mapping 1 (SIMD CPUs, DEC) a work-item is an iteration of a
+   loop: each takes whole rows, float4 at a time.  Under mapping 2 (GPUs) work-groups of 128 to 256
+   work-items (NT, raised to 128: an H200 decoded B=2 H=16 d=64 t=32768 in 1.72 ms with 64 work-items,
+   one lane to a row, against 0.81 ms with 128) give a row 4 lanes, adjacent lanes on adjacent
+   float4s (0.755 ms against 0.814 ms with 8 lanes: shorter cross-lane sums, more rows in flight).
+   The host reads DNT back from the compiled kernel.
    Local memory stays below 24 KiB. */
-#if VW > 1
+#if DEC == 1
 #define DNT (NT > 64 ? 64 : NT)
 #define DLN 1
 #else
-#define DNT (NT > 256 ? 256 : NT)
-#define DLN (DNT >= 128 ? 4 : 1)
+#define DNT (NT > 256 ? 256 : NT < 128 ? 128 : NT)
+#define DLN 4
 #endif
 #define TEAMS (DNT / DLN)
 /* Rows a team takes per pass between two barriers: 2 where lanes share a row (GPUs), for twice the
    loads in flight; 1 on SIMD CPUs, where a work-item's rows are a loop anyway. */
-#if VW > 1
+#if DEC == 1
 #define DRP 1
 #else
 #define DRP 2

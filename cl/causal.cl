@@ -47,10 +47,10 @@
 #endif
 
 /* Work-group size CC_NT of the kernels off the micro-tiles (decode, combine, append; the forward and
-   backward kernels run NT).  On SIMD CPUs (tuning vector VW > 1) fewer, wider work-items are faster:
+   backward kernels run NT).  On SIMD CPUs (decode mapping 1, DEC) fewer, wider work-items are faster:
    BLK*BLK/16 of them, each with 16-wide vectors (PoCL: 4x the speed of 256 work-items with 4-wide
    vectors).  Elsewhere NT.  The host reads the size back from the kernel (reqd_work_group_size). */
-#if defined(VW) && VW > 1 && NT > BLK * BLK / (BLK < 16 ? BLK : 16)
+#if DEC == 1 && VW > 1 && NT > BLK * BLK / (BLK < 16 ? BLK : 16)
 #define CC_NT (BLK * BLK / (BLK < 16 ? BLK : 16))
 #else
 #define CC_NT NT
@@ -140,8 +140,10 @@ __attribute__((always_inline)) inline void cc_store_acc(const vfloat *acc, __glo
     const int lid = get_local_id(0);
 #pragma unroll
     for (int ci = 0; ci < CF_NCH; ++ci)
+        #pragma unroll
         for (int m = 0; m < FUPC; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
+            #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
                 const int row = row0 + e / TN, c = ci * DT + col0 + (e % TN) * VW;
                 if (row >= nrows || c >= d)
@@ -229,6 +231,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
     for (int kb = kb0; kb < kb1; ++kb) {
         const int s0 = kb * BLK;
         vfloat s[FUPT * MT_ACC];
+        #pragma unroll
         for (int m = 0; m < FUPT; ++m)
             mt_zero(s + m * MT_ACC);
         for (int c0 = 0; c0 < d; c0 += kw) {
@@ -238,6 +241,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             stage_tile(sT, pk, sk.z, s0, nkeys, c0, w, d, MT_AT);
             barrier(CLK_LOCAL_MEM_FENCE);
             __local const float *qc = qall ? Qt + c0 * BLK : Qt;
+            #pragma unroll
             for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
                 for (int c = 0; c < w; c += DT) /* DT terms per call: a constant trip count */
@@ -247,6 +251,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
         }
         /* Mask and scale (key s sees the query lanes at positions >= s), keep each tile's column
            maxima. */
+        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int j = 0; j < TN; ++j) {
@@ -272,6 +277,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             VSTORE(m_new, sM + u * VW);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int j = 0; j < TN; ++j) {
@@ -298,9 +304,11 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             stage_tile(sT, pv, sv.z, s0, nkeys, cv, w, d, false);
             barrier(CLK_LOCAL_MEM_FENCE);
             CC_FOR_SLABS(ci, c0, cv, w) {
+                #pragma unroll
                 for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat *a = acc + (ci * FUPC + m) * MT_ACC;
+                    #pragma unroll
                     for (int e = 0; e < MT_ACC; ++e)
                         a[e] *= sA[row0 + e / TN];
                     if (all_seen)
@@ -312,6 +320,8 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             barrier(CLK_LOCAL_MEM_FENCE);
         }
     }
+
+    #pragma unroll
 
     for (int m = 0; m < FUPT; ++m) {
         const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
@@ -343,15 +353,16 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
 /* Decode of n <= CC_DQ new rows (positions t0..t0+n-1) against the cache's keys 0..t0+n-1.
  * Work-group (split, bh) streams a contiguous range of about (t0 + n) / nsplit keys once, with an
  * online softmax per new row, and leaves CASTLE_CAUSAL_DECODE_PARTIALS (local_memory.h) partials of
- * each row for castle_causal_combine: on SIMD CPU tunings (VW > 1) one per work-item, each over its
- * own contiguous range of keys, with no local memory and no barriers; elsewhere (GPUs) one per
- * work-group, whose teams of CD_LN lanes take a key row each, adjacent lanes on adjacent float4s. */
+ * each row for castle_causal_combine: under the tuning's decode mapping 1 (SIMD CPUs, DEC) one per
+ * work-item, each over its own contiguous range of keys, with no local memory and no barriers; under
+ * mapping 2 (GPUs) one per work-group, whose teams of CD_LN lanes take a key row each, adjacent lanes
+ * on adjacent float4s. */
 #define CC_DQ CASTLE_DECODE_ROWS
 #define CC_NV (CC_DMAX / CC_VK)
 /* No local memory, no barriers: a small group bounds the private state (2 CC_DQ CC_DMAX floats per
    work-item) a CPU device keeps for the whole group. */
 #define CC_DNT (CC_NT < CASTLE_DECODE_GROUP ? CC_NT : CASTLE_DECODE_GROUP)
-#if VW > 1
+#if DEC == 1
 __kernel __attribute__((reqd_work_group_size(CC_DNT, 1, 1)))
 void castle_causal_decode(const int n, const int t0, const int d, const int H, const float sc,
                           __global const float *q, const ulong4 sq,
@@ -609,6 +620,7 @@ __attribute__((always_inline)) inline void cc_scores(vfloat *s, vfloat *g, __loc
 {
     const int lid = get_local_id(0), bw = res ? dpad : w;
     __local float *tb2 = T + bw * BLK, *ta1 = T + 2 * bw * BLK, *ta2 = ta1 + w * BLK;
+    #pragma unroll
     for (int m = 0; m < FUPT; ++m) {
         mt_zero(s + m * MT_ACC);
         mt_zero(g + m * MT_ACC);
@@ -622,6 +634,7 @@ __attribute__((always_inline)) inline void cc_scores(vfloat *s, vfloat *g, __loc
         stage_tile(ta1, a1, sa1, ra, na, c0, wc, d, MT_AT);
         stage_tile(ta2, a2, sa2, ra, na, c0, wc, d, MT_AT);
         barrier(CLK_LOCAL_MEM_FENCE);
+        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int c = 0; c < wc; c += DT) { /* DT terms per call: a constant trip count */
@@ -699,6 +712,7 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
         }
         vfloat s[FUPT * MT_ACC], g[FUPT * MT_ACC];
         cc_scores(s, g, T, res, w1, dpad, d, pq, sq.z, pdo, sdo.z, q0, L, pk, sk.z, pv, sv.z, s0, L);
+        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int i = 0; i < TM; ++i) {
@@ -724,6 +738,7 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
             stage_tile(R + w * BLK, pq, sq.z, q0, L, cv, w, d, false);
             barrier(CLK_LOCAL_MEM_FENCE); /* also publishes sP, sD */
             CC_FOR_SLABS(ci, c0, cv, w) {
+                #pragma unroll
                 for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat *av = accV + (ci * FUPC + m) * MT_ACC, *ak = accK + (ci * FUPC + m) * MT_ACC;
@@ -790,6 +805,7 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
         const int s0 = kb * BLK;
         vfloat s[FUPT * MT_ACC], g[FUPT * MT_ACC];
         cc_scores(s, g, T, res, w1, dpad, d, pk, sk.z, pv, sv.z, s0, L, pq, sq.z, pdo, sdo.z, q0, L);
+        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int j = 0; j < TN; ++j) {
@@ -810,6 +826,7 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
             stage_tile(R, pk, sk.z, s0, L, cv, w, d, false);
             barrier(CLK_LOCAL_MEM_FENCE); /* also publishes sD */
             CC_FOR_SLABS(ci, c0, cv, w) {
+                #pragma unroll
                 for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat *a = acc + (ci * FUPC + m) * MT_ACC;

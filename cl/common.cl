@@ -167,6 +167,7 @@ __attribute__((always_inline)) inline void mt_frag_b(vfloat *y, __local const fl
 /* acc[0 .. MT_ACC) = 0. */
 __attribute__((always_inline)) inline void mt_zero(vfloat *acc)
 {
+    #pragma unroll
     for (int e = 0; e < MT_ACC; ++e)
         acc[e] = (vfloat)(0.0f);
 }
@@ -221,6 +222,7 @@ __attribute__((always_inline)) inline void mt_product(vfloat *acc, __local const
 {
     vfloat y0[MT_ACC], y1[MT_ACC];
     mt_pairs(y0, y1, a, as, b, bs, k1);
+    #pragma unroll
     for (int e = 0; e < MT_ACC; ++e)
         acc[e] += y0[e] + y1[e];
 }
@@ -245,6 +247,7 @@ __attribute__((always_inline)) inline void mt_product_lower(vfloat *acc, __local
         else
             mt_step_from(y0, x, b + k * bs, q);
     }
+    #pragma unroll
     for (int e = 0; e < MT_ACC; ++e)
         acc[e] += y0[e] + y1[e];
 }

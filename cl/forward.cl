@@ -26,8 +26,8 @@
    single A row and the A tiles stay row-major (MT_AT, common.cl); one contraction step loads a tile's
    TM values of A and TN vectors of B once each and reuses them across the TM x TN FMAs.  The CPU
    mapping (TM = 4, TN = 1, VW = 16) is a broadcast scalar times a 16-wide vector, SIMD without
-   reassociating a sum, each vector of B serving 4 rows; the GPU mapping (TM = TN = 2, VW = 1) holds a 2 x 2 tile in registers, two
-   2-wide loads from local memory per 4 FMAs. */
+   reassociating a sum, each vector of B serving 4 rows; the GPU mapping (TM = 2, TN = 1, VW = 4) holds a 2 x 4
+   tile in registers, two scalar loads and one float4 load from local memory per 8 FMAs. */
 /* FU, FUC, FUPT, FUPC: common.cl. */
 #define FRV (BLK / VW)  /* vectors of VW rows in a block (the softmax's units) */
 
@@ -82,6 +82,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
          s1 = QC[T_i] KC[T_j]^T,  sx = QC[T_i] D_j (k > 0) or QC[T_i] VU[T_i]^T (k = 0),
          gl = QU[T_j] KU[T_i]^T. */
     vfloat s1[FUPT][MT_ACC], sx[FUPT][MT_ACC], gl[FUPT][MT_ACC];
+    #pragma unroll
     for (int m = 0; m < FUPT; ++m) {
         mt_zero(s1[m]);
         mt_zero(sx[m]);
@@ -101,6 +102,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
             stage_tile_t(tKU, KS, xku, i, c0, DT, d);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             /* one contraction loop per product: a loop with branches inside would be run by PoCL
@@ -120,8 +122,10 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     __local float *sAlpha = lm + 3 * BLK * BLK, *sL = sAlpha + BLK;
     __local float *tV = sL + BLK, *tW = tV + BLK * DT; /* row-major BLK x DT */
     if (gate) {
+        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
                 const vfloat jp = (float)(t0 + cv) + lane; /* j' of each lane */
@@ -147,13 +151,16 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
 
     /* Phase 3: SU = sc QC D_j + (X masked j' <= t) G^T and the scores A[T_i, T_j] (rows t, columns
        s), stored transposed.  The X G^T product stops at the diagonal (mt_product_lower). */
+    #pragma unroll
     for (int m = 0; m < FUPT; ++m) {
         const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
         vfloat su[MT_ACC];
+        #pragma unroll
         for (int e = 0; e < MT_ACC; ++e)
             su[e] = need_d ? sc * sx[m][e] : (vfloat)(0.0f);
         if (gate)
             mt_product_lower(su, sXt + row0, BLK, sGt + col0, BLK, row0);
+        #pragma unroll
         for (int e = 0; e < MT_ACC; ++e) {
             const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
             const int t = t0 + rr;
@@ -216,6 +223,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
         if (gate)
             stage_tile(tW, pvu, svu.z, t0, L, c0, DT, d, false);
         barrier(CLK_LOCAL_MEM_FENCE);
+        #pragma unroll
         for (int m = 0; m < FUPC; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
             vfloat acc[MT_ACC];
@@ -224,6 +232,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
                 mt_product_lower(acc, sAt + row0, BLK, tV + col0, DT, row0);
             else
                 mt_product(acc, sAt + row0, BLK, tV + col0, DT, BLK);
+            #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
                 const int t = t0 + rr;
@@ -239,6 +248,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
             if (gate) { /* rows: s in T_j */
                 mt_zero(acc);
                 mt_product(acc, sGt + row0, BLK, tW + col0, DT, BLK);
+                #pragma unroll
                 for (int e = 0; e < MT_ACC; ++e) {
                     const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
                     if (gc < d) {

@@ -29,8 +29,8 @@
     ((b) * (CASTLE_LM_MAX_(CASTLE_LM_CAUSAL_TROWS(b, c, dmax) + (c), CASTLE_LM_CAUSAL_ST(b, c, dmax)) + 2 * (b) + 3))
 
 /* Not a size, but shared the same way: partials per new row that one work-group of g work-items of
-   castle_causal_decode (cl/causal.cl) leaves, under a tuning of vector width vw. */
-#define CASTLE_CAUSAL_DECODE_PARTIALS(g, vw) ((vw) > 1 ? (g) : 1)
+   castle_causal_decode (cl/causal.cl) leaves, under the tuning's decode mapping dec. */
+#define CASTLE_CAUSAL_DECODE_PARTIALS(g, dec) ((dec) == 1 ? (g) : 1)
 
 /* The most any family needs: what a tuning must fit. */
 #define CASTLE_LM_ANY(b, c, dmax)                                                                      \

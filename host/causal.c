@@ -227,7 +227,7 @@ castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, con
         size_t wg = 0, per_group = 0;
         if (!(st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_decode", &katt)) &&
             !(st = group_size(ctx, katt, &wg)) &&
-            (per_group = CASTLE_CAUSAL_DECODE_PARTIALS(wg, (size_t)ctx->tuning.vector)) <= fit) {
+            (per_group = CASTLE_CAUSAL_DECODE_PARTIALS(wg, ctx->tuning.decode)) <= fit) {
             size_t split = keys / (MIN_KEYS * (per_group > 1 ? per_group : 4));
             split = split < per_head ? split : per_head;
             split = split < fit / per_group ? split : fit / per_group;

@@ -58,14 +58,18 @@ typedef struct tuning_entry {
    190 / 196 against 410 / 496, backward 572 / 589 against 719 / 860, prefill 195 / 195 against
    423 / 542, the causal forward 52 / 54 against 53 / 59; tm = 1 at block 64 took 202 / 196 (forward)
    and 610 / 599 (backward), tm = 2 x tn = 2 and block 128 were slower.  GPU:
-   2 x 2 scalar register micro-tiles, 128 work-items of 32 x 32 blocks, d staged 16 columns at a time
-   (the backward's local memory, 47.6 KiB, then fits 48 KiB).  On an NVIDIA H200 (castle-bench,
-   B=2 H=16 L=4096 d=64) it ran the forward in 26.2 ms and the backward in 138.8 ms; 4 x 4 tiles,
-   which need dchunk 32 for 64 work-items and were shrunk to 32 work-items there, took 39.5 and
-   369 ms, 4 x 2 tiles with 64 work-items 31.9 and 202 ms, 2 x 1 tiles with 256 work-items 36.2 and
-   172 ms, vector=4 with 128 work-items 30.6 and 124.8 ms. */
+   2 x 4 register micro-tiles (tm = 2 rows x one float4), 64 work-items of 32 x 32 blocks, d staged
+   16 columns at a time (the backward's local memory, 46.3 KiB, fits 48 KiB; dchunk 32 would not),
+   float4 staging, and the decode kernels' team mapping (decode = 2).  On an NVIDIA H200
+   (castle-bench B=2 H=16 L=4096 d=64, 2026-11-26, one run, ms, forward / backward / causal forward /
+   causal backward): this entry 24.7 / 107.8 / 7.1 / 30.2; the former entry (2 x 2 scalar tiles,
+   128 work-items) 32.3 / 161.0 / 8.9 / 34.3 with these kernels (33.6 / 123.4 / 8.9 / 34.2
+   before the micro-tile loops were unrolled, which raised its backward's registers); vector = 4 with tm = tn = 1 and 128 work-items
+   27.9 / 88.3 / 10.0 / 37.3 (the fastest backward, the slower forward); 2 x 4 scalar tiles with 64
+   work-items 33.5 / 167 (scalar staging); 4 x 4 with 32 work-items 46.3 / 271.  docs/performance.md
+   has the rest. */
 #define CPU_MAPPING .block = 64, .threads = 64, .dchunk = 64, .vector = 16, .tm = 4, .tn = 1
-#define GPU_MAPPING .block = 32, .threads = 128, .dchunk = 16, .vector = 1, .tm = 2, .tn = 2
+#define GPU_MAPPING .block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2
 
 /* First match wins; the last entry is the default.  Values were measured with castle-bench on the
    devices named; how a tuning is chosen and overridden: docs/building.md, "Tuning". */
@@ -85,9 +89,17 @@ static const tuning_entry table[] = {
 
 size_t castle__tuning_table_size(void) { return sizeof table / sizeof table[0]; }
 
+/* decode = 0 -> 1 under SIMD vectors (vector > 1), else 2: the vector alone decides, whatever the device. */
+static void derive_decode(castle_tuning *t)
+{
+    if (!t->decode && t->vector)
+        t->decode = t->vector > 1 ? 1u : 2u;
+}
+
 const char *castle__tuning_table_entry(size_t i, castle_tuning *out)
 {
     castle__tuning_normalize(out, &table[i].tuning);
+    derive_decode(out); /* as a context using the entry has it */
     return table[i].name;
 }
 
@@ -100,8 +112,8 @@ static bool tile_fits(const castle_tuning *t)
            ((b * b) / unit) % n == 0 && ((b * c) / unit) % n == 0;
 }
 
-/* Derives vector, tm and tn where they are 0: the device's mapping, narrowed until the tile fits. */
-void castle__tuning_resolve(castle_tuning *t, const castle_device_info *info)
+/* castle__tuning_resolve's vector, tm and tn. */
+static void resolve_tile(castle_tuning *t, const castle_device_info *info)
 {
     const bool dv = !t->vector, dm = !t->tm, dn = !t->tn;
     const bool cpu = info && (info->type & CL_DEVICE_TYPE_CPU);
@@ -124,6 +136,14 @@ void castle__tuning_resolve(castle_tuning *t, const castle_device_info *info)
         else
             break;
     }
+}
+
+/* Derives vector, tm and tn where they are 0 (the device's mapping, narrowed until the tile fits),
+   then decode where it is 0 (1 under SIMD vectors, else 2). */
+void castle__tuning_resolve(castle_tuning *t, const castle_device_info *info)
+{
+    resolve_tile(t, info);
+    derive_decode(t); /* after the vector is final */
 }
 
 size_t castle__tuning_local_bytes(const castle_tuning *t)
@@ -159,6 +179,10 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
                             "tuning threads=%u x tm=%u x tn=%u x vector=%u must divide block*block=%u and "
                             "block*dchunk=%u",
                             n, t->tm, t->tn, v, b * b, b * c);
+    if (info && t->decode == 2 && info->max_work_group_size < 128)
+        return castle__fail(CASTLE_ERR_BAD_TUNING,
+                            "tuning decode=2 runs work-groups of 128 work-items; the device's max work-group size is %zu",
+                            info->max_work_group_size);
     if (info && n > info->max_work_group_size)
         return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning threads=%u exceeds the device's max work-group size %zu", n,
                             info->max_work_group_size);
@@ -309,6 +333,7 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
         break;
     }
     castle__tuning_normalize(out, &pick->tuning);
+    castle__tuning_resolve(out, info); /* what the entry leaves to derive (decode) */
     *name = pick->name;
     /* Devices with little local memory or small work-groups: the largest block, then the largest
        d chunk, that fits; threads halved until they fit the block and the device, the micro-tile
@@ -322,6 +347,7 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
                 t.block = b;
                 t.dchunk = c;
                 t.vector = t.tm = t.tn = 0;
+                t.decode = pick->tuning.decode; /* re-derived with the vector unless the entry names it */
                 t.threads = b; /* the fewest work-items: the tile narrowed for them fits any more */
                 castle__tuning_resolve(&t, info);
                 t.threads = entry.threads;
@@ -349,7 +375,7 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
         if (!parse_over(env, &t))
             return castle__fail(CASTLE_ERR_BAD_TUNING,
                                 "CASTLE_TUNING='%s' is malformed: expected e.g. "
-                                "'block=32,threads=128,dchunk=16,vector=1,tm=2,tn=2,fold=8' (decimal values)",
+                                "'block=32,threads=64,dchunk=16,vector=4,tm=2,tn=1,fold=8,decode=2' (decimal values)",
                                 env);
         castle__tuning_resolve(&t, info);
         castle_status st = castle__tuning_check(&t, info);

@@ -1262,6 +1262,13 @@ static castle_tuning tun_tile(unsigned block, unsigned threads, unsigned vector,
     return t;
 }
 
+static castle_tuning tun_decode(unsigned decode)
+{
+    castle_tuning t = tun(32, 64, 32, 0, 0);
+    t.decode = decode;
+    return t;
+}
+
 static bool tuning_eq(const castle_tuning *a, const castle_tuning *b)
 {
     return a->block == b->block && a->threads == b->threads && a->dchunk == b->dchunk;
@@ -1335,6 +1342,7 @@ START_TEST(test_tuning_rejected)
         {tun_tile(32, 64, 16, 1, 4), "tn=4", "tn=4 x vector=16 not dividing block=32"},
         {tun_tile(32, 128, 1, 4, 4), "threads=128", "threads=128 x 4 x 4 tiles not dividing block*block=1024"},
         {tun_tile(32, 64, 16, 2, 1), "threads=64", "threads=64 x tm=2 x vector=16 not dividing block*block"},
+        {tun_decode(3), "decode=3", "decode=3"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
         check_status(castle_context_set_tuning(ctx, &bad[i].t), CASTLE_ERR_BAD_TUNING, bad[i].mention, bad[i].what);
@@ -1418,7 +1426,7 @@ END_TEST
 /* The first NMALFORMED are malformed (named by the variable), the rest well-formed bad values. */
 static const char *const bad_tuning_env[] = {"block=abc", "foo=3", "block=32;threads=64", "block",
                                              "block=4294967328", "block=-32", "block=+32", "threads=",
-                                             "block=12", "threads=48", "dchunk=5", "tm=3", "tn=32"};
+                                             "block=12", "threads=48", "dchunk=5", "tm=3", "tn=32", "decode=3"};
 #define NTUNING_MALFORMED 8
 #define NBADTUNINGENV ((int)(sizeof bad_tuning_env / sizeof bad_tuning_env[0]))
 

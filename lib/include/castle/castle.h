@@ -130,14 +130,14 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
    per-device table (vendor -> device -> default), then the tuning file castle-tune writes
    ($CASTLE_TUNING_FILE, else $XDG_CONFIG_HOME/castle/tuning.tsv, else ~/.config/castle/tuning.tsv;
    the entry for this device name and driver version, if valid), then the environment variable
-   CASTLE_TUNING ("block=32,threads=128,dchunk=16,vector=1,tm=2,tn=2,fold=8"; missing keys keep their
-   value, vector, tm and tn are re-derived unless given), then castle_context_set_tuning().
+   CASTLE_TUNING ("block=32,threads=64,dchunk=16,vector=4,tm=2,tn=1,fold=8,decode=2"; missing keys keep
+   their value, vector, tm, tn and decode are re-derived unless given), then castle_context_set_tuning().
 
    The kernels split every BLK x BLK product of a block pair (and every BLK x dchunk slab) into
    micro-tiles of tm rows x tn vectors of `vector` columns, one work-item's registers each (CLBlast
    xgemm's MWI x NWI); operands are staged through local memory dchunk columns of d at a time.  The
-   CPU mapping is tm = 4, tn = 1 with 16-wide vectors, the GPU mapping tm = tn = 2 with vector = 1
-   and 128 work-items.
+   CPU mapping is tm = 4, tn = 1 with 16-wide vectors and decode = 1, the GPU mapping tm = 2, tn = 1
+   with 4-wide vectors, 64 work-items and decode = 2.
    Constraints: each value a power of two in the range below (fold: any integer in it), 0 where
    "0 = derive" is said; threads a multiple of block, at most the device's work-group size, with
    threads x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector
@@ -161,7 +161,10 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
       "vectors per row of a work-item's micro-tile (0: as tm)")                                             \
     X(fold, NULL, 0, 1024, 0,                                                                              \
       "sequences of at most fold blocks run the whole wavefront in one launch (one work-group per batch "  \
-      "entry and head) when batch x heads >= 2 x the device's compute units; 0 never folds")
+      "entry and head) when batch x heads >= 2 x the device's compute units; 0 never folds")                \
+    X(decode, "DEC", 1, 2, CASTLE_TUNING_DERIVE,                                                           \
+      "decode mapping: 1 = a work-item per cache row (SIMD CPUs), 2 = teams of work-items share a row "    \
+      "(GPUs) (0: 1 when vector > 1, else 2)")
 typedef struct castle_tuning {
     size_t struct_size; /* sizeof(castle_tuning); castle_context_get_tuning sets it */
 #define CASTLE_TUNING_FIELD_(field, macro, lo, hi, flags, help) unsigned field;
