@@ -2,10 +2,10 @@
 # Runs the kernels under Oclgrind, an OpenCL device simulator that reports data races, out-of-bounds
 # and invalid API use: castle-info's forward self-test (three shapes against the fp64 reference,
 # guard regions included), a forward + backward through castle-run, folded and per-diagonal, under
-# the CPU mapping and the GPU mapping (register micro-tiles, tuning tm=4 tn=4 vector=1), a
-# prefill + decode through the UQ-KV cache (on both mappings), a prefill of ragged prompts (the cache's
-# gated U pass, both mappings), and the causal baseline's four operations (its backward also on the GPU
-# mapping).
+# the CPU mapping, 4 x 4 scalar register micro-tiles (tm=4 tn=4 vector=1) and the built-in GPU entry
+# (with 48 KiB of local memory), a prefill + decode through the UQ-KV cache (on each), a prefill of
+# ragged prompts (the cache's gated U pass, each), and the causal baseline's four operations (its
+# backward also on the 4 x 4 tiles, all four on the GPU entry).
 # Oclgrind's device has 32 KiB of local memory, so this also runs the library's shrunk tuning.
 # usage: oclgrind.sh <build-dir>
 set -euo pipefail
@@ -50,11 +50,29 @@ done
 # decode on the GPU mapping's shape: 128 work-items, 8 lanes to a cache row, two rows per team per pass
 CASTLE_TUNING=block=16,threads=128,dchunk=16,vector=1,tm=1,tn=1 og "$build/tools/castle-run" decode --in "$work/in" \
     --out "$work/decgpu" --prompt 30 --chunk 3 --window 5 || report "castle-run decode (GPU mapping) failed under Oclgrind"
+# the built-in GPU entry itself (castle-info --table's nvidia-gpu, which AMD, Intel and the default
+# share), with the 48 KiB of local memory it needs: 2 x 4 tiles of float4 columns in the block
+# kernels (folded and per-diagonal), the team decode (decode=2) on float4 columns, the causal baseline
+entry=$("$build/tools/castle-info" --table | awk -F'\t' '$1 == "nvidia-gpu" { print $2 }')
+[ -n "$entry" ] || report "castle-info --table lists no nvidia-gpu entry"
+og48() { og --local-mem-size 49152 "$@"; }
+for fold in 0 8; do
+    CASTLE_TUNING=$entry,fold=$fold og48 "$build/tools/castle-run" backward --in "$work/in" --out "$work/ent$fold" \
+        --window 5 || report "castle-run backward under the GPU entry (fold=$fold) failed under Oclgrind"
+done
+cmp -s "$work/ent0/dqu.npy" "$work/ent8/dqu.npy" ||
+    report "folded and per-diagonal backward differ under Oclgrind (GPU entry)"
+CASTLE_TUNING=$entry og48 "$build/tools/castle-run" decode --in "$work/in" --out "$work/decent" --prompt 30 --chunk 3 \
+    --window 5 || report "castle-run decode (GPU entry) failed under Oclgrind"
+CASTLE_TUNING=$entry og48 "$build/tools/castle-bench" --impls causal --L 40 --t 40 --heads 2 --repeat 1 --gemm 0 \
+    >/dev/null || report "castle-bench (causal, GPU entry) failed under Oclgrind"
 # prompts of different lengths: the cache's gated U pass (castle_cache_prefill_u), on both mappings
 for t in "" "$gpu"; do
     CASTLE_TUNING=$t og "$build/tools/castle-bench" --ops prefill --ragged --impls castle,swl --L 40 --batch 2 \
         --heads 2 --window 5 --repeat 1 --gemm 0 >/dev/null || report "castle-bench --ragged (tuning '$t') failed under Oclgrind"
 done
+CASTLE_TUNING=$entry og48 "$build/tools/castle-bench" --ops prefill --ragged --impls castle,swl --L 40 --batch 2 \
+    --heads 2 --window 5 --repeat 1 --gemm 0 >/dev/null || report "castle-bench --ragged (GPU entry) failed under Oclgrind"
 # the causal baseline: forward, backward, prefill, decode
 og "$build/tools/castle-bench" --impls causal --L 40 --t 40 --heads 2 --repeat 1 --gemm 0 >/dev/null ||
     report "castle-bench (causal) failed under Oclgrind"
@@ -62,19 +80,30 @@ og "$build/tools/castle-bench" --impls causal --L 40 --t 40 --heads 2 --repeat 1
 CASTLE_TUNING=$gpu og "$build/tools/castle-bench" --impls causal --ops backward --L 40 --d 20 --heads 2 --repeat 1 \
     --gemm 0 >/dev/null || report "castle-bench (causal backward, GPU mapping) failed under Oclgrind"
 [ -s "$log" ] && report "Oclgrind found problems"
-# The shape of the GPU mapping, counted (deterministic, any machine): every block kernel under the 4 x 4
-# tiles issues at most 0.25 local-memory loads (load local, vloadN from __local) per FMA instruction
-# (llvm.fmuladd); 4 x 4 tiles need 0.125 in their products, the former one-row mapping about 2.
-for fold in 0 8; do
-    CASTLE_TUNING=$gpu,fold=$fold oclgrind --inst-counts "$build/tools/castle-bench" --ops forward,backward,prefill \
-        --ragged --impls castle,causal --L 48 --batch 2 --heads 1 --repeat 1 --gemm 0 >"$work/counts$fold.txt" 2>&1 ||
-        report "castle-bench under oclgrind --inst-counts (fold=$fold) failed"
-done
-ratios=$(cat "$work/counts0.txt" "$work/counts8.txt" | awk '
-    /^Instructions executed for kernel / { k = $5; gsub(/[^A-Za-z0-9_]/, "", k); next }
-    k != "" && $2 == "-" && ($3 == "load" && $4 == "local" || $3 ~ /^call$/ && $4 ~ /^_Z[0-9]+vload[0-9]+mPU3AS3K/) { ld[k] += $1 }
-    k != "" && $2 == "-" && $4 ~ /^llvm\.fmuladd/ { fma[k] += $1 }
-    END { for (k in fma) if (fma[k] > 0) printf "%s %.3f\n", k, ld[k] / fma[k] }' | sort)
+# The shape of the GPU mappings, counted (deterministic, any machine): local-memory load instructions
+# (load local, vloadN from __local) per FMA, an FMA on an N-wide vector (llvm.fmuladd.vNf32) counted
+# N times.  Every block kernel under the 4 x 4 scalar tiles issues at most 0.25 (their products need
+# 0.125; the former one-row mapping about 2); the GPU entry's are printed.
+counts() { # <tuning> <oclgrind options...>: per kernel, local loads per FMA over the folded and unfolded runs
+    local t=$1 fold
+    shift
+    for fold in 0 8; do
+        CASTLE_TUNING=$t,fold=$fold oclgrind --inst-counts "$@" "$build/tools/castle-bench" --ops forward,backward,prefill \
+            --ragged --impls castle,causal --L 48 --batch 2 --heads 1 --repeat 1 --gemm 0 >"$work/counts$fold.txt" 2>&1 ||
+            report "castle-bench under oclgrind --inst-counts (tuning $t, fold=$fold) failed"
+    done
+    cat "$work/counts0.txt" "$work/counts8.txt" | awk '
+        /^Instructions executed for kernel / { k = $5; gsub(/[^A-Za-z0-9_]/, "", k); next }
+        k != "" && $2 == "-" && ($3 == "load" && $4 == "local" || $3 ~ /^call$/ && $4 ~ /^_Z[0-9]+vload[0-9]+mPU3AS3K/) { ld[k] += $1 }
+        k != "" && $2 == "-" && $4 ~ /^llvm\.fmuladd/ {
+            w = 1; s = $4
+            if (s ~ /\.v[0-9]+f32/) { sub(/.*\.v/, "", s); sub(/f32.*/, "", s); w = s + 0 }
+            fma[k] += $1 * w }
+        END { for (k in fma) if (fma[k] > 0) printf "%s %.3f\n", k, ld[k] / fma[k] }' | sort
+}
+echo "local-memory loads per FMA, GPU entry $entry:"
+counts "$entry" --local-mem-size 49152
+ratios=$(counts "$gpu")
 echo "local-memory loads per FMA, tuning $gpu:"
 echo "$ratios"
 for k in castle_forward_block castle_forward_fold castle_backward_block castle_backward_fold castle_causal_forward \
@@ -83,4 +112,4 @@ for k in castle_forward_block castle_forward_fold castle_backward_block castle_b
     [ -n "$r" ] || report "no instruction counts for $k"
     awk -v r="$r" 'BEGIN { exit !(r <= 0.25) }' || report "$k: $r local-memory loads per FMA under $gpu (at most 0.25)"
 done
-echo "oclgrind: no data races, out-of-bounds accesses or API errors; self-test PASS; every block kernel at most 0.25 local loads per FMA on 4 x 4 tiles"
+echo "oclgrind: no data races, out-of-bounds accesses or API errors (CPU mapping, 4 x 4 tiles, the GPU entry); self-test PASS; every block kernel at most 0.25 local loads per FMA on 4 x 4 tiles"
