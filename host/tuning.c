@@ -64,10 +64,10 @@ typedef struct tuning_entry {
    (castle-bench B=2 H=16 L=4096 d=64, 2026-11-26, one run, ms, forward / backward / causal forward /
    causal backward): this entry 24.7 / 107.8 / 7.1 / 30.2; the former entry (2 x 2 scalar tiles,
    128 work-items) 32.3 / 161.0 / 8.9 / 34.3 with these kernels (33.6 / 123.4 / 8.9 / 34.2
-   before the micro-tile loops were unrolled, which raised its backward's registers); vector = 4 with tm = tn = 1 and 128 work-items
-   27.9 / 88.3 / 10.0 / 37.3 (the fastest backward, the slower forward); 2 x 4 scalar tiles with 64
-   work-items 33.5 / 167 (scalar staging); 4 x 4 with 32 work-items 46.3 / 271.  docs/performance.md
-   has the rest. */
+   before the micro-tile loops were unrolled, which raised its backward's registers); vector = 4
+   with tm = tn = 1 and 128 work-items 27.9 / 88.3 / 10.0 / 37.3 (the fastest backward, the slower
+   forward); 2 x 4 scalar tiles with 64 work-items 33.5 / 167 (scalar staging); 4 x 4 with 32
+   work-items 46.3 / 271.  docs/performance.md has the rest. */
 #define CPU_MAPPING .block = 64, .threads = 64, .dchunk = 64, .vector = 16, .tm = 4, .tn = 1
 #define GPU_MAPPING .block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2
 

@@ -178,9 +178,10 @@ static bool run_device(const options *o, const char *spec, bool first)
         json_string(driver);
         printf(", \"tuning\": {\"name\": ");
         json_string(tname);
-        printf(", \"block\": %u, \"threads\": %u, \"dchunk\": %u, \"vector\": %u, \"tm\": %u, \"tn\": %u, "
-               "\"fold\": %u}, \"mode\": \"%s\", \"ops\": [",
-               t.block, t.threads, t.dchunk, t.vector, t.tm, t.tn, t.fold, o->quick ? "quick" : "full");
+#define JSON_PARAM_(field, macro, lo, hi, flags, help) printf(", \"" #field "\": %u", t.field);
+        CASTLE_TUNING_PARAMS(JSON_PARAM_)
+#undef JSON_PARAM_
+        printf("}, \"mode\": \"%s\", \"ops\": [", o->quick ? "quick" : "full");
     } else {
         char ts[256] = "?";
         castle_tuning_string(&t, ts, sizeof ts);

@@ -141,7 +141,8 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
    Constraints: each value a power of two in the range below (fold: any integer in it), 0 where
    "0 = derive" is said; threads a multiple of block, at most the device's work-group size, with
    threads x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector
-   dividing block and dchunk; the local memory the kernels need must fit the device's.
+   dividing block and dchunk; the local memory the kernels need must fit the device's; decode = 2
+   needs work-groups of 128 work-items.
 
    The parameters, in struct order, declared once: X(field, kernel macro or NULL, smallest value,
    largest value, flags, help).  The library's parser, kernel options and checks, castle-info and
