@@ -63,8 +63,19 @@ static castle_status load_source(const char *name, char **out)
     return CASTLE_SUCCESS;
 }
 
-castle_status castle__program_source(castle_family f, const castle_tuning *t, char **source, char **options)
+castle_tuning castle__family_tuning(castle_family f, const castle_tuning *t)
 {
+    castle_tuning v = *t;
+    if (f == CASTLE_FAMILY_BACKWARD) {
+        v.threads = t->bthreads;
+        v.tm = t->btm;
+    }
+    return v;
+}
+
+castle_status castle__program_source(castle_family f, const castle_tuning *tuning, char **source, char **options)
+{
+    const castle_tuning view = castle__family_tuning(f, tuning), *t = &view;
     *source = *options = NULL;
     char *sizes = NULL, *common = NULL, *body = NULL;
     castle_status st = load_source("common.cl", &common);

@@ -34,6 +34,9 @@ typedef struct castle_kernel_slot {
 castle_status castle__get_kernel(castle_context *ctx, castle_family f, const char *name, cl_kernel *kernel);
 /* The assembled program source and build options of family f under t (malloc'd; caller frees). */
 castle_status castle__program_source(castle_family f, const castle_tuning *t, char **source, char **options);
+/* The tuning family f's kernels run under: t, with the CASTLE backward's own work-group size and
+   micro-tile rows (bthreads, btm) as threads and tm for CASTLE_FAMILY_BACKWARD. */
+castle_tuning castle__family_tuning(castle_family f, const castle_tuning *t);
 
 /* Embedded .cl sources (generated at build time). */
 const char *castle__embedded_source(const char *name);

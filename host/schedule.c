@@ -68,7 +68,7 @@ static castle_status run(castle_context *ctx, castle_family family, cl_kernel ke
                          cl_command_queue queue, cl_uint nwait, const cl_event *wait, cl_event *event)
 {
     static const char tname[] = "castle_transpose_blocks";
-    const size_t threads = ctx->tuning.threads, local[2] = {threads, 1};
+    const size_t threads = castle__family_tuning(family, &ctx->tuning).threads, local[2] = {threads, 1};
     cl_kernel tk;
     castle_status st = castle__get_kernel(ctx, family, tname, &tk);
     if (st != CASTLE_SUCCESS)

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "tuning.h"
 #include "error.h"
+#include "program.h"
 #include "local_memory.h"
 
 #include <fcntl.h>
@@ -67,9 +68,12 @@ typedef struct tuning_entry {
    before the micro-tile loops were unrolled, which raised its backward's registers); vector = 4
    with tm = tn = 1 and 128 work-items 27.9 / 88.3 / 10.0 / 37.3 (the fastest backward, the slower
    forward); 2 x 4 scalar tiles with 64 work-items 33.5 / 167 (scalar staging); 4 x 4 with 32
-   work-items 46.3 / 271.  docs/performance.md has the rest. */
+   work-items 46.3 / 271.  The backward runs the last shape's 1 x 4 tiles on 128 work-items
+   (bthreads, btm): its kernels are the ones measured there, so 88 ms is expected for it, with
+   the forward's 24.7 (not measured together).  docs/performance.md has the rest. */
 #define CPU_MAPPING .block = 64, .threads = 64, .dchunk = 64, .vector = 16, .tm = 4, .tn = 1
-#define GPU_MAPPING .block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2
+#define GPU_MAPPING                                                                                     \
+    .block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2, .bthreads = 128, .btm = 1
 
 /* First match wins; the last entry is the default.  Values were measured with castle-bench on the
    devices named; how a tuning is chosen and overridden: docs/building.md, "Tuning". */
@@ -100,6 +104,10 @@ const char *castle__tuning_table_entry(size_t i, castle_tuning *out)
 {
     castle__tuning_normalize(out, &table[i].tuning);
     derive_decode(out); /* as a context using the entry has it */
+    if (!out->bthreads)
+        out->bthreads = out->threads;
+    if (!out->btm)
+        out->btm = out->tm;
     return table[i].name;
 }
 
@@ -139,11 +147,16 @@ static void resolve_tile(castle_tuning *t, const castle_device_info *info)
 }
 
 /* Derives vector, tm and tn where they are 0 (the device's mapping, narrowed until the tile fits),
-   then decode where it is 0 (1 under SIMD vectors, else 2). */
+   then decode where it is 0 (1 under SIMD vectors, else 2), and the backward's bthreads and btm
+   where they are 0 (threads and tm). */
 void castle__tuning_resolve(castle_tuning *t, const castle_device_info *info)
 {
     resolve_tile(t, info);
     derive_decode(t); /* after the vector is final */
+    if (!t->bthreads)
+        t->bthreads = t->threads;
+    if (!t->btm)
+        t->btm = t->tm;
 }
 
 size_t castle__tuning_local_bytes(const castle_tuning *t)
@@ -179,6 +192,17 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
                             "tuning threads=%u x tm=%u x tn=%u x vector=%u must divide block*block=%u and "
                             "block*dchunk=%u",
                             n, t->tm, t->tn, v, b * b, b * c);
+    const castle_tuning bw = castle__family_tuning(CASTLE_FAMILY_BACKWARD, t);
+    if (bw.threads % b || !tile_fits(&bw) || b % bw.tm)
+        return castle__fail(CASTLE_ERR_BAD_TUNING,
+                            "tuning bthreads=%u x btm=%u (the backward's work-group and micro-tile rows) x tn=%u x "
+                            "vector=%u: bthreads must be a multiple of block=%u, btm must divide it, and the product "
+                            "must divide block*block=%u and block*dchunk=%u",
+                            bw.threads, bw.tm, t->tn, v, b, b * b, b * c);
+    if (info && bw.threads > info->max_work_group_size)
+        return castle__fail(CASTLE_ERR_BAD_TUNING,
+                            "tuning bthreads=%u exceeds the device's max work-group size %zu", bw.threads,
+                            info->max_work_group_size);
     if (info && t->decode == 2 && info->max_work_group_size < 128)
         return castle__fail(CASTLE_ERR_BAD_TUNING,
                             "tuning decode=2 runs work-groups of 128 work-items; the device's max work-group size is %zu",
@@ -355,6 +379,8 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
                     t.threads /= 2;
                 if (t.threads < b)
                     t.threads = b;
+                t.bthreads = t.threads; /* the backward takes the shrunk forward's shape */
+                t.btm = t.tm;
                 if (castle__tuning_check(&t, info) == CASTLE_SUCCESS) {
                     *out = t;
                     fits = true;

@@ -1262,6 +1262,14 @@ static castle_tuning tun_tile(unsigned block, unsigned threads, unsigned vector,
     return t;
 }
 
+static castle_tuning tun_backward(unsigned bthreads, unsigned btm)
+{
+    castle_tuning t = tun_tile(32, 64, 1, 1, 1);
+    t.bthreads = bthreads;
+    t.btm = btm;
+    return t;
+}
+
 static castle_tuning tun_decode(unsigned decode)
 {
     castle_tuning t = tun(32, 64, 32, 0, 0);
@@ -1343,6 +1351,9 @@ START_TEST(test_tuning_rejected)
         {tun_tile(32, 128, 1, 4, 4), "threads=128", "threads=128 x 4 x 4 tiles not dividing block*block=1024"},
         {tun_tile(32, 64, 16, 2, 1), "threads=64", "threads=64 x tm=2 x vector=16 not dividing block*block"},
         {tun_decode(3), "decode=3", "decode=3"},
+        {tun_backward(16, 1), "bthreads=16", "bthreads=16 not a multiple of block=32"},
+        {tun_backward(64, 3), "btm=3", "btm=3"},
+        {tun_backward(1024, 4), "bthreads=1024", "bthreads=1024 x btm=4 not dividing block*block"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
         check_status(castle_context_set_tuning(ctx, &bad[i].t), CASTLE_ERR_BAD_TUNING, bad[i].mention, bad[i].what);
@@ -1426,7 +1437,7 @@ END_TEST
 /* The first NMALFORMED are malformed (named by the variable), the rest well-formed bad values. */
 static const char *const bad_tuning_env[] = {"block=abc", "foo=3", "block=32;threads=64", "block",
                                              "block=4294967328", "block=-32", "block=+32", "threads=",
-                                             "block=12", "threads=48", "dchunk=5", "tm=3", "tn=32", "decode=3"};
+                                             "block=12", "threads=48", "dchunk=5", "tm=3", "tn=32", "decode=3", "btm=3"};
 #define NTUNING_MALFORMED 8
 #define NBADTUNINGENV ((int)(sizeof bad_tuning_env / sizeof bad_tuning_env[0]))
 

@@ -78,7 +78,8 @@ END_TEST
 
 /* Other tunings (block, threads, dchunk, vector, micro-tile) pass the same conformance checks: every
    kernel variant the tuner may pick is a correct one, the CPU mapping (wide vectors, tm = 1 and the CPU entries' tm = 4) and
-   the GPU mapping (2 x 2 register tiles of the GPU table entries, and 4 x 4) among them. */
+   scalar register tiles (2 x 2, the former GPU entry, and 4 x 4), and the GPU entry, whose backward
+   runs its own work-group size and micro-tile rows (bthreads, btm), among them. */
 #define TUNING(...) {.struct_size = sizeof(castle_tuning), __VA_ARGS__}
 static const castle_tuning tunings[] = {
     TUNING(.block = 16, .threads = 64, .dchunk = 16, .vector = 1, .tm = 1, .tn = 1),
@@ -86,9 +87,12 @@ static const castle_tuning tunings[] = {
     TUNING(.block = 64, .threads = 64, .dchunk = 16, .vector = 16, .tm = 1, .tn = 1),
     TUNING(.block = 8, .threads = 8, .dchunk = 8, .vector = 8, .tm = 1, .tn = 1, .fold = 1024),
     TUNING(.block = 32, .threads = 1024, .dchunk = 32, .vector = 1, .tm = 1, .tn = 1),
-    TUNING(.block = 32, .threads = 128, .dchunk = 16, .vector = 1, .tm = 2, .tn = 2), /* GPU table entries */
+    TUNING(.block = 32, .threads = 128, .dchunk = 16, .vector = 1, .tm = 2, .tn = 2), /* the former GPU entry */
     TUNING(.block = 16, .threads = 16, .dchunk = 16, .vector = 1, .tm = 4, .tn = 4, .fold = 1024),
     TUNING(.block = 64, .threads = 64, .dchunk = 64, .vector = 4, .tm = 2, .tn = 2),
+    /* the GPU entry: the backward on its own shape (128 work-items, 1 x 4 tiles) */
+    TUNING(.block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2, .bthreads = 128, .btm = 1),
+    TUNING(.block = 32, .threads = 128, .dchunk = 32, .vector = 4, .tm = 1, .tn = 1, .bthreads = 32, .btm = 4),
 };
 
 START_TEST(test_tunings)

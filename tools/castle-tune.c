@@ -22,9 +22,10 @@
 static const char usage[] =
     "usage: castle-tune [--device P:D] [--L N] [--d N] [--heads N] [--repeat N] [--file PATH] [--dry-run] [--quick]\n"
     "\n"
-    "Times castle_forward + castle_backward (B=1, H=heads, L, d) under candidate tunings, in two stages:\n"
+    "Times castle_forward + castle_backward (B=1, H=heads, L, d) under candidate tunings, in three stages:\n"
     "every valid micro-tile shape (threads x vector x tm x tn) at the starting block and dchunk, then\n"
-    "every block x dchunk with the best shape (threads adjusted to fit).  Each candidate runs on a fresh\n"
+    "every block x dchunk with the best shape (threads adjusted to fit), then the backward's own\n"
+    "work-group size and micro-tile rows (bthreads x btm).  Each candidate runs on a fresh\n"
     "library context; one the device rejects is counted as skipped, one that fails to build or run is\n"
     "listed ('fail ...') and makes the exit status 1 (the winner is still written).\n"
     "The winner is checked against the fp64 reference (forward and gradients), then written to the\n"
@@ -212,6 +213,10 @@ static void consider(tuner *tu, const castle_tuning *t, castle_tuning *best, dou
     const double ms = try_tuning(tu, t);
     if (ms > 0 && (*best_ms < 0 || ms < *best_ms)) {
         *best = *t;
+        if (!best->bthreads) /* the backward followed the rest: as the library derives it */
+            best->bthreads = best->threads;
+        if (!best->btm)
+            best->btm = best->tm;
         *best_ms = ms;
     }
 }
@@ -350,6 +355,7 @@ int main(int argc, char **argv)
                     t.threads = th;
                     t.vector = v;
                     t.tm = tm;
+                    t.bthreads = t.btm = 0; /* the backward follows; stage 3 gives it its own shape */
                     t.tn = tn;
                     if (th == s1.threads && v == s1.vector && tm == s1.tm && tn == s1.tn)
                         continue;
@@ -366,6 +372,7 @@ int main(int argc, char **argv)
             castle_tuning t = s2, pick = s2;
             t.block = blk;
             t.dchunk = c;
+            t.bthreads = t.btm = 0;
             unsigned gap = UINT_MAX;
             for (unsigned th = range[P_THREADS].lo; th <= range[P_THREADS].hi && th <= max_wg; th *= 2) {
                 t.threads = th;
@@ -379,6 +386,17 @@ int main(int argc, char **argv)
                 consider(&tu, &pick, &best, &best_ms);
             else
                 ++tu.skipped;
+        }
+    /* stage 3: the backward's own work-group size and micro-tile rows (bthreads x btm) under the rest
+       of the best tuning */
+    const castle_tuning s3 = best;
+    for (unsigned th = range[P_THREADS].lo; th <= range[P_THREADS].hi && th <= max_wg && !opt.quick; th *= 2)
+        for (unsigned tm = range[P_TM].lo; tm <= range[P_TM].hi; tm *= 2) {
+            castle_tuning t = s3;
+            t.bthreads = th;
+            t.btm = tm;
+            if (th != s3.bthreads || tm != s3.btm)
+                consider(&tu, &t, &best, &best_ms);
         }
     printf("candidates: %d run, %d failed, %d not valid on this device\n", tu.tried, tu.failed, tu.skipped);
     if (best_ms < 0) {

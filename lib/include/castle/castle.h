@@ -131,18 +131,21 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
    ($CASTLE_TUNING_FILE, else $XDG_CONFIG_HOME/castle/tuning.tsv, else ~/.config/castle/tuning.tsv;
    the entry for this device name and driver version, if valid), then the environment variable
    CASTLE_TUNING ("block=32,threads=64,dchunk=16,vector=4,tm=2,tn=1,fold=8,decode=2"; missing keys keep
-   their value, vector, tm, tn and decode are re-derived unless given), then castle_context_set_tuning().
+   their value; vector, tm, tn, decode, bthreads and btm are re-derived unless given), then
+   castle_context_set_tuning().
 
    The kernels split every BLK x BLK product of a block pair (and every BLK x dchunk slab) into
    micro-tiles of tm rows x tn vectors of `vector` columns, one work-item's registers each (CLBlast
    xgemm's MWI x NWI); operands are staged through local memory dchunk columns of d at a time.  The
    CPU mapping is tm = 4, tn = 1 with 16-wide vectors and decode = 1, the GPU mapping tm = 2, tn = 1
-   with 4-wide vectors, 64 work-items and decode = 2.
+   with 4-wide vectors, 64 work-items and decode = 2, its backward btm = 1 on 128 work-items.
    Constraints: each value a power of two in the range below (fold: any integer in it), 0 where
    "0 = derive" is said; threads a multiple of block, at most the device's work-group size, with
    threads x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector
-   dividing block and dchunk; the local memory the kernels need must fit the device's; decode = 2
-   needs work-groups of 128 work-items.
+   dividing block and dchunk; the same for the CASTLE backward's bthreads and btm in place of threads
+   and tm (the backward may take its own work-group and micro-tile rows: block, dchunk, vector and
+   tn, which fix the workspace and the staging, are shared); the local memory the kernels need must
+   fit the device's; decode = 2 needs work-groups of 128 work-items.
 
    The parameters, in struct order, declared once: X(field, kernel macro or NULL, smallest value,
    largest value, flags, help).  The library's parser, kernel options and checks, castle-info and
@@ -165,7 +168,11 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
       "entry and head) when batch x heads >= 2 x the device's compute units; 0 never folds")                \
     X(decode, "DEC", 1, 2, CASTLE_TUNING_DERIVE,                                                           \
       "decode mapping: 1 = a work-item per cache row (SIMD CPUs), 2 = teams of work-items share a row "    \
-      "(GPUs) (0: 1 when vector > 1, else 2)")
+      "(GPUs) (0: 1 when vector > 1, else 2)")                                                             \
+    X(bthreads, NULL, 8, 1024, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                  \
+      "work-items per work-group of the CASTLE backward's kernels (0: threads)")                            \
+    X(btm, NULL, 1, 8, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                          \
+      "rows of the CASTLE backward's micro-tiles (0: tm)")
 typedef struct castle_tuning {
     size_t struct_size; /* sizeof(castle_tuning); castle_context_get_tuning sets it */
 #define CASTLE_TUNING_FIELD_(field, macro, lo, hi, flags, help) unsigned field;
