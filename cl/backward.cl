@@ -131,7 +131,6 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     /* Per micro-tile m of a BLK x BLK product: the gate logits, then dG (rows s, columns j'); the
        gate G; the products QC KC^T, QC D^T, dO VC^T (rows t, columns s). */
     vfloat g[FUPT][MT_ACC], gv[FUPT][MT_ACC], s1[FUPT][MT_ACC], s2[FUPT][MT_ACC], ap[FUPT][MT_ACC];
-    #pragma unroll
     for (int m = 0; m < FUPT; ++m) {
         mt_zero(g[m]);
         mt_zero(gv[m]);
@@ -156,7 +155,6 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (gate)
-            #pragma unroll
             for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
                 mt_product(g[m], MT_A(T0, row0, DT, 0), T1 + col0, BLK, DT);
@@ -168,10 +166,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             break;
     }
     if (gate)
-        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-            #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
                 const vfloat gg = castle_gate_v(g[m][e], sc, s0 + rr, (float)(t0 + cv) + lane, L, W);
@@ -204,14 +200,12 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             stage_tile(T5, pvu, svu.z, t0, L, c0, DT, d, false);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k > 0)
-            #pragma unroll
             for (int m = 0; m < FUPC; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                 vfloat dv[MT_ACC];
                 mt_zero(dv);
                 if (gate) /* the forward's D update G[T_j,T_i] VU[T_i] */
                     mt_product(dv, sGt + row0, BLK, T5 + col0, DT, BLK);
-                #pragma unroll
                 for (int e = 0; e < MT_ACC; ++e) {
                     const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW, gc = c0 + cv;
                     const int s = s0 + rr;
@@ -240,7 +234,6 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             }
             delta += e0 + e1;
         }
-        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             mt_product(s1[m], MT_A(T0, row0, DT, 0), T1 + col0, BLK, DT);
@@ -263,16 +256,13 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
 
     /* Phase B2: SU and A as the forward computes them, P = min(exp(A - lse), 1), dA, dSU (rows t,
        columns s; masked entries 0), kept in registers until every work-item has read Gt and Yt. */
-    #pragma unroll
     for (int m = 0; m < FUPT; ++m) {
         const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
         vfloat su[MT_ACC];
-        #pragma unroll
         for (int e = 0; e < MT_ACC; ++e)
             su[e] = k > 0 ? sc * s2[m][e] : (vfloat)(0.0f);
         if (gate) /* X[t][j'] = 0 beyond j' = t */
             mt_product_lower(su, sYt + row0, BLK, sGt + col0, BLK, row0);
-        #pragma unroll
         for (int e = 0; e < MT_ACC; ++e) {
             const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
             const int t = t0 + rr;
@@ -289,10 +279,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* every read of Gt and Yt is done */
-    #pragma unroll
     for (int m = 0; m < FUPT; ++m) {
         const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-        #pragma unroll
         for (int e = 0; e < MT_ACC; ++e) {
             const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
             VSTORE(s1[m][e], sP + rr * BLK + cv);
@@ -308,7 +296,6 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
        (rows s, columns j'; Y[t][j'] is masked for t < j', dSU[t][s] for t < s at k = 0). */
     vfloat dy[FUPT][MT_ACC];
     if (gate)
-        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             mt_zero(dy[m]);
@@ -316,7 +303,6 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 mt_product_lower(dy[m], sdSUt + row0, BLK, sG + col0, BLK, row0);
             else
                 mt_product(dy[m], sdSUt + row0, BLK, sG + col0, BLK, BLK);
-            #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
                 dy[m][e] = select((vfloat)(0.0f), dy[m][e], VISLESSEQ((float)cv + lane, (vfloat)(float)rr));
@@ -325,10 +311,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         }
     barrier(CLK_LOCAL_MEM_FENCE); /* every read of Y is done */
     if (gate)
-        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-            #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
                 VSTORE(dy[m][e], sdY + rr * BLK + cv);
@@ -355,7 +339,6 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         }
         /* global fence too: below, other work-items overwrite the dD_j entries just read */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        #pragma unroll
         for (int m = 0; m < FUPC; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
             /* row block i, rows t: dQC = dA KC + dSU D^T + dY VU; rows j': dVU = G^T dD + sc dY^T QC */
@@ -378,11 +361,9 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                     mt_product(vv, sG + row0, BLK, T5 + col0, DT, BLK);
                 mt_zero(w);
                 mt_product_from(w, sdY + row0, BLK, T0 + col0, DT, row0, 0, 0, false, lane);
-                #pragma unroll
                 for (int e = 0; e < MT_ACC; ++e)
                     vv[e] += sc * w[e];
             }
-            #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
                 const int t = t0 + rr;
@@ -401,7 +382,6 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             mt_product_from(vq, sdA + row0, BLK, T0 + col0, DT, row0, diag ? 0 : -1, 0, false, lane);
             if (k > 0)
                 mt_product(vv, sdSU + row0, BLK, T0 + col0, DT, BLK);
-            #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW, gc = c0 + cv;
                 const int s = s0 + rr;
@@ -421,10 +401,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
 
     /* dZ = dG G (1 - G) on the allowed gate entries (0 elsewhere), into dA's and dAt's places. */
     if (gate)
-        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-            #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
                 const vfloat dz = select((vfloat)(0.0f), g[m][e] * gv[m][e] * ((vfloat)(1.0f) - gv[m][e]),
@@ -444,7 +422,6 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             stage_tile(T1, pku, sku.z, t0, L, c0, DT, d, false);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        #pragma unroll
         for (int m = 0; m < FUPC && d2; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
             vfloat vk[MT_ACC], vq[MT_ACC];
@@ -462,7 +439,6 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                     mt_product(vq, sdZt + row0, BLK, T1 + col0, DT, BLK);
                 }
             }
-            #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
                 if (gc >= d)

@@ -140,10 +140,8 @@ __attribute__((always_inline)) inline void cc_store_acc(const vfloat *acc, __glo
     const int lid = get_local_id(0);
 #pragma unroll
     for (int ci = 0; ci < CF_NCH; ++ci)
-        #pragma unroll
         for (int m = 0; m < FUPC; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
-            #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
                 const int row = row0 + e / TN, c = ci * DT + col0 + (e % TN) * VW;
                 if (row >= nrows || c >= d)
@@ -231,7 +229,6 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
     for (int kb = kb0; kb < kb1; ++kb) {
         const int s0 = kb * BLK;
         vfloat s[FUPT * MT_ACC];
-        #pragma unroll
         for (int m = 0; m < FUPT; ++m)
             mt_zero(s + m * MT_ACC);
         for (int c0 = 0; c0 < d; c0 += kw) {
@@ -241,7 +238,6 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             stage_tile(sT, pk, sk.z, s0, nkeys, c0, w, d, MT_AT);
             barrier(CLK_LOCAL_MEM_FENCE);
             __local const float *qc = qall ? Qt + c0 * BLK : Qt;
-            #pragma unroll
             for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
                 for (int c = 0; c < w; c += DT) /* DT terms per call: a constant trip count */
@@ -251,7 +247,6 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
         }
         /* Mask and scale (key s sees the query lanes at positions >= s), keep each tile's column
            maxima. */
-        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int j = 0; j < TN; ++j) {
@@ -277,7 +272,6 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             VSTORE(m_new, sM + u * VW);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int j = 0; j < TN; ++j) {
@@ -304,11 +298,9 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             stage_tile(sT, pv, sv.z, s0, nkeys, cv, w, d, false);
             barrier(CLK_LOCAL_MEM_FENCE);
             CC_FOR_SLABS(ci, c0, cv, w) {
-                #pragma unroll
                 for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat *a = acc + (ci * FUPC + m) * MT_ACC;
-                    #pragma unroll
                     for (int e = 0; e < MT_ACC; ++e)
                         a[e] *= sA[row0 + e / TN];
                     if (all_seen)
@@ -320,8 +312,6 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             barrier(CLK_LOCAL_MEM_FENCE);
         }
     }
-
-    #pragma unroll
 
     for (int m = 0; m < FUPT; ++m) {
         const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
@@ -620,7 +610,6 @@ __attribute__((always_inline)) inline void cc_scores(vfloat *s, vfloat *g, __loc
 {
     const int lid = get_local_id(0), bw = res ? dpad : w;
     __local float *tb2 = T + bw * BLK, *ta1 = T + 2 * bw * BLK, *ta2 = ta1 + w * BLK;
-    #pragma unroll
     for (int m = 0; m < FUPT; ++m) {
         mt_zero(s + m * MT_ACC);
         mt_zero(g + m * MT_ACC);
@@ -634,7 +623,6 @@ __attribute__((always_inline)) inline void cc_scores(vfloat *s, vfloat *g, __loc
         stage_tile(ta1, a1, sa1, ra, na, c0, wc, d, MT_AT);
         stage_tile(ta2, a2, sa2, ra, na, c0, wc, d, MT_AT);
         barrier(CLK_LOCAL_MEM_FENCE);
-        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int c = 0; c < wc; c += DT) { /* DT terms per call: a constant trip count */
@@ -712,7 +700,6 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
         }
         vfloat s[FUPT * MT_ACC], g[FUPT * MT_ACC];
         cc_scores(s, g, T, res, w1, dpad, d, pq, sq.z, pdo, sdo.z, q0, L, pk, sk.z, pv, sv.z, s0, L);
-        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int i = 0; i < TM; ++i) {
@@ -738,7 +725,6 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
             stage_tile(R + w * BLK, pq, sq.z, q0, L, cv, w, d, false);
             barrier(CLK_LOCAL_MEM_FENCE); /* also publishes sP, sD */
             CC_FOR_SLABS(ci, c0, cv, w) {
-                #pragma unroll
                 for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat *av = accV + (ci * FUPC + m) * MT_ACC, *ak = accK + (ci * FUPC + m) * MT_ACC;
@@ -805,7 +791,6 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
         const int s0 = kb * BLK;
         vfloat s[FUPT * MT_ACC], g[FUPT * MT_ACC];
         cc_scores(s, g, T, res, w1, dpad, d, pk, sk.z, pv, sv.z, s0, L, pq, sq.z, pdo, sdo.z, q0, L);
-        #pragma unroll
         for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int j = 0; j < TN; ++j) {
@@ -826,7 +811,6 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
             stage_tile(R, pk, sk.z, s0, L, cv, w, d, false);
             barrier(CLK_LOCAL_MEM_FENCE); /* also publishes sD */
             CC_FOR_SLABS(ci, c0, cv, w) {
-                #pragma unroll
                 for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat *a = acc + (ci * FUPC + m) * MT_ACC;

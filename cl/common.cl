@@ -104,7 +104,11 @@ inline vfloat lane_index(void)
    a[kk * as + r] is entry (r, kk) of A, b[kk * bs + c] entry (kk, c) of B, so that one step of the
    contraction loads the tile's TM values of A and TN x VW values of B as vectors, once each, and
    does TM x TN vector FMAs with them.  On a matrix unit one micro-tile can become one fragment
-   (mma.sync and its kin) behind the same calls. */
+   (mma.sync and its kin) behind the same calls.  In forward.cl and cache.cl the loops over a
+   work-item's micro-tiles (m < FUPT, FUPC) and over a tile's accumulators (e < MT_ACC) carry
+   #pragma unroll: left rolled, NVIDIA's compiler kept those accumulator arrays in a stack frame.
+   backward.cl's stay rolled: unrolled, PoCL took over 10 minutes to compile it under a tuning of four
+   micro-tiles per work-item (docs/performance.md). */
 #define MT_COLS (TN * VW)  /* columns of a micro-tile */
 #define MT_ACC (TM * TN)   /* vfloat accumulators of a micro-tile */
 #if (BLK % TM) != 0 || (BLK % MT_COLS) != 0 || (DT % MT_COLS) != 0
@@ -167,7 +171,6 @@ __attribute__((always_inline)) inline void mt_frag_b(vfloat *y, __local const fl
 /* acc[0 .. MT_ACC) = 0. */
 __attribute__((always_inline)) inline void mt_zero(vfloat *acc)
 {
-    #pragma unroll
     for (int e = 0; e < MT_ACC; ++e)
         acc[e] = (vfloat)(0.0f);
 }
@@ -222,7 +225,6 @@ __attribute__((always_inline)) inline void mt_product(vfloat *acc, __local const
 {
     vfloat y0[MT_ACC], y1[MT_ACC];
     mt_pairs(y0, y1, a, as, b, bs, k1);
-    #pragma unroll
     for (int e = 0; e < MT_ACC; ++e)
         acc[e] += y0[e] + y1[e];
 }
@@ -247,7 +249,6 @@ __attribute__((always_inline)) inline void mt_product_lower(vfloat *acc, __local
         else
             mt_step_from(y0, x, b + k * bs, q);
     }
-    #pragma unroll
     for (int e = 0; e < MT_ACC; ++e)
         acc[e] += y0[e] + y1[e];
 }
