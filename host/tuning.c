@@ -94,21 +94,22 @@ static const tuning_entry table[] = {
 
 size_t castle__tuning_table_size(void) { return sizeof table / sizeof table[0]; }
 
-/* decode = 0 -> 1 under SIMD vectors (vector > 1), else 2: the vector alone decides, whatever the device. */
-static void derive_decode(castle_tuning *t)
+/* What the rest of a tuning decides, whatever the device, where it is 0: decode (1 under SIMD
+   vectors, vector > 1, else 2), the backward's bthreads and btm (threads and tm). */
+static void derive_rest(castle_tuning *t)
 {
     if (!t->decode && t->vector)
         t->decode = t->vector > 1 ? 1u : 2u;
+    if (!t->bthreads)
+        t->bthreads = t->threads;
+    if (!t->btm)
+        t->btm = t->tm;
 }
 
 const char *castle__tuning_table_entry(size_t i, castle_tuning *out)
 {
     castle__tuning_normalize(out, &table[i].tuning);
-    derive_decode(out); /* as a context using the entry has it */
-    if (!out->bthreads)
-        out->bthreads = out->threads;
-    if (!out->btm)
-        out->btm = out->tm;
+    derive_rest(out); /* as a context using the entry has it */
     return table[i].name;
 }
 
@@ -153,11 +154,7 @@ static void resolve_tile(castle_tuning *t, const castle_device_info *info)
 void castle__tuning_resolve(castle_tuning *t, const castle_device_info *info)
 {
     resolve_tile(t, info);
-    derive_decode(t); /* after the vector is final */
-    if (!t->bthreads)
-        t->bthreads = t->threads;
-    if (!t->btm)
-        t->btm = t->tm;
+    derive_rest(t); /* after the vector and tm are final */
 }
 
 size_t castle__tuning_local_bytes(const castle_tuning *t)
