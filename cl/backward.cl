@@ -179,7 +179,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             }
         }
     if (gate) /* Yt: the forward's X^T */
-        for (int e = lid; e < BLK * BLK / VW; e += NT)
+        FOR_SHARE(e, BLK * BLK / VW)
             VSTORE(VLOAD(XT + e * VW), sYt + e * VW);
     barrier(CLK_LOCAL_MEM_FENCE);
 

@@ -23,6 +23,10 @@
 #define TN 1            /* vectors per micro-tile row: 1, 2, 4 or 8; TN x VW divides BLK and DT */
 #endif
 
+#ifndef STG
+#define STG 2           /* how work-items share a tile's copy: 1 contiguous runs (CPUs), 2 interleaved */
+#endif
+
 #define KS (BLK + 4)    /* padded, vector-aligned row stride of a k-major BLK x DT tile (stage_tile_ks) */
 
 /* Dot products accumulate in VW-wide vectors and are summed across lanes once: explicit SIMD for
@@ -446,10 +450,25 @@ CASTLE_PART_FNS(16, float16, CASTLE_LOAD_16, CASTLE_STORE_16)
 #define gload_part CASTLE_CAT(gload_n, VW)
 #define gstore_part CASTLE_CAT(gstore_n, VW)
 
+/* for (e ...) over work-item get_local_id(0)'s share of the n items 0 .. n-1 of a copy (the vectors
+   of a tile), by the tuning's stage order (STG).  1: a contiguous run of ceil(n / NT) items each.  A
+   CPU device runs a work-group's work-items one after another, so the group then reads its tile front
+   to back, one sequential stream that the hardware prefetcher follows; interleaved, the loads jump
+   NT vectors at a time and each stalls on memory (PoCL, 2 cores, L = 2048: the CASTLE backward 14%
+   faster, the forward about 7%).  2: items lid, lid + NT, ...: consecutive work-items on
+   consecutive vectors, one coalesced access per warp on a GPU. */
+#if STG == 1
+#define FOR_SHARE(e, n)                                                                                   \
+    for (int e##_q = 0, e##_per = ((n) + NT - 1) / NT, e = (int)get_local_id(0) * e##_per;               \
+         e##_q < e##_per && e < (n); ++e##_q, ++e)
+#else
+#define FOR_SHARE(e, n) for (int e = get_local_id(0); e < (n); e += NT)
+#endif
+
 /* Rows [row0, row0 + BLK) x columns [c0, c0 + w) of a row-major matrix (row stride rs) into local
    memory, entry (r, c) at t[r * rstride + c * cstride]; rows >= nrows and columns >= d read as 0, so a
    ragged block never reads past its tensor; w is a multiple of VW.  A work-item moves VW columns of a
-   row with one vector load (consecutive work-items on consecutive vectors of a row: coalesced), and
+   row with one vector load (the vectors shared out by FOR_SHARE), and
    a row-major destination (cstride 1) takes them with one vector store: on a CPU device the staging
    costs a few instructions per vector instead of per float (float by float, it cost PoCL's forward
    40% of its time and the backward more than its products).  With VW = 1, one float per step. */
@@ -458,7 +477,7 @@ __attribute__((always_inline)) inline void copy_tile(__local float *t, const int
                                                      int c0, int w, int d)
 {
     const int nv = w / VW; /* vectors per row */
-    for (int e = get_local_id(0); e < BLK * nv; e += NT) {
+    FOR_SHARE(e, BLK * nv) {
         const int r = e / nv, c = (e - r * nv) * VW;
         const vfloat x = row0 + r < nrows ? gload_part(p + (ulong)(row0 + r) * rs + c0 + c, d - c0 - c)
                                           : (vfloat)(0.0f);
@@ -525,13 +544,13 @@ inline __global float *tcopy(__global float *ws, const ulong ws_t, const int q, 
 }
 
 /* Columns [c0, c0 + w) of block n of a block-transposed copy xt as a k-major tile t[c * ks + r];
-   columns >= d read as 0.  One vector load and store per VW rows (consecutive work-items on
-   consecutive rows: coalesced on a GPU, and no bank conflicts). */
+   columns >= d read as 0.  One vector load and store per VW rows (FOR_SHARE; under stage order 2
+   consecutive work-items on consecutive rows: coalesced on a GPU, and no bank conflicts). */
 __attribute__((always_inline)) inline void stage_tile_t(__local float *t, const int ks, __global const float *xt,
                                                         const int n, const int c0, const int w, const int d)
 {
     const int nv = BLK / VW; /* vectors per column */
-    for (int e = get_local_id(0); e < w * nv; e += NT) {
+    FOR_SHARE(e, w * nv) {
         const int c = e / nv, r = (e - c * nv) * VW;
         const vfloat x = c0 + c < d ? VLOAD(xt + ((ulong)n * d + c0 + c) * BLK + r) : (vfloat)(0.0f);
         VSTORE(x, t + c * ks + r);
@@ -570,7 +589,7 @@ void castle_transpose_blocks(const int L, const int d, const int H, const int q0
     for (int c0 = 0;; c0 += DT) { /* d >= 1; leaves after the last barrier (backward.cl says why) */
         copy_tile(lm, 1, KS, x + tensor_offset(s, b, h, 0), s.z, n * BLK, L, c0, DT, d);
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int e = get_local_id(0); e < DT * nv; e += NT) {
+        FOR_SHARE(e, DT * nv) {
             const int c = e / nv, r = (e - c * nv) * VW;
             if (c0 + c < d)
                 VSTORE(VLOAD(lm + c * KS + r), xt + ((ulong)n * d + c0 + c) * BLK + r);

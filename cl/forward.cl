@@ -141,12 +141,12 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
             }
         }
         if (k > 0) /* the transpose written at k = 0 (below): vector copies */
-            for (int e = lid; e < BLK * BLK / VW; e += NT)
+            FOR_SHARE(e, BLK * BLK / VW)
                 VSTORE(VLOAD(XT + e * VW), sXt + e * VW);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (k == 0) /* X^T for the later steps of row block i and the backward */
-        for (int e = lid; e < BLK * BLK / VW; e += NT)
+        FOR_SHARE(e, BLK * BLK / VW)
             VSTORE(VLOAD(sXt + e * VW), XT + e * VW);
 
     /* Phase 3: SU = sc QC D_j + (X masked j' <= t) G^T and the scores A[T_i, T_j] (rows t, columns

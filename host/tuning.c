@@ -95,7 +95,7 @@ static const tuning_entry table[] = {
 size_t castle__tuning_table_size(void) { return sizeof table / sizeof table[0]; }
 
 /* What the rest of a tuning decides, whatever the device, where it is 0: decode (1 under SIMD
-   vectors, vector > 1, else 2), the backward's bthreads and btm (threads and tm). */
+   vectors, vector > 1, else 2), the backward's bthreads and btm (threads and tm), stage (decode). */
 static void derive_rest(castle_tuning *t)
 {
     if (!t->decode && t->vector)
@@ -104,6 +104,8 @@ static void derive_rest(castle_tuning *t)
         t->bthreads = t->threads;
     if (!t->btm)
         t->btm = t->tm;
+    if (!t->stage)
+        t->stage = t->decode; /* both say SIMD CPU (1) or GPU (2) */
 }
 
 const char *castle__tuning_table_entry(size_t i, castle_tuning *out)
@@ -149,8 +151,8 @@ static void resolve_tile(castle_tuning *t, const castle_device_info *info)
 }
 
 /* Derives vector, tm and tn where they are 0 (the device's mapping, narrowed until the tile fits),
-   then decode where it is 0 (1 under SIMD vectors, else 2), and the backward's bthreads and btm
-   where they are 0 (threads and tm). */
+   then decode where it is 0 (1 under SIMD vectors, else 2), the backward's bthreads and btm where
+   they are 0 (threads and tm), and stage where it is 0 (decode). */
 void castle__tuning_resolve(castle_tuning *t, const castle_device_info *info)
 {
     resolve_tile(t, info);
@@ -370,6 +372,7 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
                 t.dchunk = c;
                 t.vector = t.tm = t.tn = 0;
                 t.decode = pick->tuning.decode; /* re-derived with the vector unless the entry names it */
+                t.stage = pick->tuning.stage;   /* re-derived with decode unless the entry names it */
                 t.threads = b; /* the fewest work-items: the tile narrowed for them fits any more */
                 castle__tuning_resolve(&t, info);
                 t.threads = entry.threads;

@@ -2,10 +2,11 @@
 # Runs the kernels under Oclgrind, an OpenCL device simulator that reports data races, out-of-bounds
 # and invalid API use: castle-info's forward self-test (three shapes against the fp64 reference,
 # guard regions included), a forward + backward through castle-run, folded and per-diagonal, under
-# the CPU mapping, 4 x 4 scalar register micro-tiles (tm=4 tn=4 vector=1) and the built-in GPU entry
-# (with 48 KiB of local memory), a prefill + decode through the UQ-KV cache (on each), a prefill of
-# ragged prompts (the cache's gated U pass, each), and the causal baseline's four operations (its
-# backward also on the 4 x 4 tiles, all four on the GPU entry).
+# the CPU mapping (with its staging order, stage=1), 4 x 4 scalar register micro-tiles (tm=4 tn=4
+# vector=1) and the built-in GPU entry (with 48 KiB of local memory; both stage=2), a prefill +
+# decode through the UQ-KV cache (on each), a prefill of ragged prompts (the cache's gated U pass,
+# each), and the causal baseline's four operations (its backward also on the 4 x 4 tiles, all four on
+# the GPU entry).
 # Oclgrind's device has 32 KiB of local memory, so this also runs the library's shrunk tuning.
 # usage: oclgrind.sh <build-dir>
 set -euo pipefail

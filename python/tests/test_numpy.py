@@ -171,7 +171,8 @@ def test_devices_and_device_errors():
     devs = castle.devices()
     assert devs and devs[0].spec == "0:0" and devs[0].index == 0 and devs[0].name
     dev = castle.Device(devs[0].spec)
-    assert dev.name == devs[0].name and dev.tuning["block"] >= 8 and dev.tuning["decode"] in (1, 2)
+    assert dev.name == devs[0].name and dev.tuning["block"] >= 8 and dev.tuning["decode"] in (1, 2) \
+        and dev.tuning["stage"] in (1, 2)
     assert castle.Device("0").name == devs[0].name
     with pytest.raises(castle.CastleError) as e:
         castle.Device("banana")

@@ -131,14 +131,15 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
    ($CASTLE_TUNING_FILE, else $XDG_CONFIG_HOME/castle/tuning.tsv, else ~/.config/castle/tuning.tsv;
    the entry for this device name and driver version, if valid), then the environment variable
    CASTLE_TUNING ("block=32,threads=64,dchunk=16,vector=4,tm=2,tn=1,fold=8,decode=2"; missing keys keep
-   their value; vector, tm, tn, decode, bthreads and btm are re-derived unless given), then
+   their value; vector, tm, tn, decode, bthreads, btm and stage are re-derived unless given), then
    castle_context_set_tuning().
 
    The kernels split every BLK x BLK product of a block pair (and every BLK x dchunk slab) into
    micro-tiles of tm rows x tn vectors of `vector` columns, one work-item's registers each (CLBlast
    xgemm's MWI x NWI); operands are staged through local memory dchunk columns of d at a time.  The
-   CPU mapping is tm = 4, tn = 1 with 16-wide vectors and decode = 1, the GPU mapping tm = 2, tn = 1
-   with 4-wide vectors, 64 work-items and decode = 2, its backward btm = 1 on 128 work-items.
+   CPU mapping is tm = 4, tn = 1 with 16-wide vectors and decode = stage = 1, the GPU mapping tm = 2,
+   tn = 1 with 4-wide vectors, 64 work-items and decode = stage = 2, its backward btm = 1 on 128
+   work-items.
    Constraints: each value a power of two in the range below (fold: any integer in it), 0 where
    "0 = derive" is said; threads a multiple of block, at most the device's work-group size, with
    threads x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector
@@ -172,7 +173,11 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
     X(bthreads, NULL, 8, 1024, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                  \
       "work-items per work-group of the CASTLE backward's kernels (0: threads)")                            \
     X(btm, NULL, 1, 8, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                          \
-      "rows of the CASTLE backward's micro-tiles (0: tm)")
+      "rows of the CASTLE backward's micro-tiles (0: tm)")                                                \
+    X(stage, "STG", 1, 2, CASTLE_TUNING_DERIVE,                                                            \
+      "how the work-items of a group share the copy of a tile into local memory: 1 = a contiguous run "    \
+      "each (CPUs: the group reads it front to back), 2 = interleaved vectors (GPUs: coalesced) (0: as "   \
+      "decode)")
 typedef struct castle_tuning {
     size_t struct_size; /* sizeof(castle_tuning); castle_context_get_tuning sets it */
 #define CASTLE_TUNING_FIELD_(field, macro, lo, hi, flags, help) unsigned field;
