@@ -454,8 +454,8 @@ CASTLE_PART_FNS(16, float16, CASTLE_LOAD_16, CASTLE_STORE_16)
    of a tile), by the tuning's stage order (STG).  1: a contiguous run of ceil(n / NT) items each.  A
    CPU device runs a work-group's work-items one after another, so the group then reads its tile front
    to back, one sequential stream that the hardware prefetcher follows; interleaved, the loads jump
-   NT vectors at a time and each stalls on memory (PoCL, 2 cores, L = 2048: the CASTLE backward 14%
-   faster, the forward about 7%).  2: items lid, lid + NT, ...: consecutive work-items on
+   NT vectors at a time and stall on memory (PoCL, 2 cores, L = 2048: the CASTLE backward 8% faster,
+   the forward unchanged; docs/performance.md).  2: items lid, lid + NT, ...: consecutive work-items on
    consecutive vectors, one coalesced access per warp on a GPU. */
 #if STG == 1
 #define FOR_SHARE(e, n)                                                                                   \
