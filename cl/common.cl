@@ -465,6 +465,41 @@ CASTLE_PART_FNS(16, float16, CASTLE_LOAD_16, CASTLE_STORE_16)
 #define FOR_SHARE(e, n) for (int e = get_local_id(0); e < (n); e += NT)
 #endif
 
+/* Software prefetch of global memory a block pair reads a phase later, under the tuning's prefetch
+   = 1 (PFT): a CPU runs the work-items of a group one after another, and each load that misses the
+   caches stalls it.  OpenCL's prefetch() is a no-op in PoCL, so this is clang's __builtin_prefetch,
+   where the compiler has it; not every clang-based implementation can run it (Oclgrind refuses to
+   create such a kernel), hence a tuning parameter that the PoCL entry sets, not a default. */
+#ifndef PFT
+#define PFT 0
+#endif
+#if PFT && defined(__has_builtin)
+#if __has_builtin(__builtin_prefetch)
+#define CASTLE_PREFETCH(p) __builtin_prefetch(p)
+#endif
+#endif
+#ifndef CASTLE_PREFETCH
+#define CASTLE_PREFETCH(p) ((void)0)
+#endif
+#define CASTLE_LINE 16 /* floats per cache line that a prefetch brings (64 bytes) */
+
+/* Prefetches rows [row0, min(row0 + BLK, nrows)) x columns [0, d) of a row-major matrix (row stride
+   rs), shared out among the work-items. */
+__attribute__((always_inline)) inline void prefetch_rows(__global const float *p, const ulong rs, const int row0,
+                                                         const int nrows, const int d)
+{
+#ifdef __has_builtin /* CASTLE_PREFETCH is nothing elsewhere: no loop either */
+#if PFT && __has_builtin(__builtin_prefetch)
+    const int nl = (d + CASTLE_LINE - 1) / CASTLE_LINE; /* lines per row */
+    FOR_SHARE(e, BLK * nl) {
+        const int r = e / nl;
+        if (row0 + r < nrows)
+            CASTLE_PREFETCH(p + (ulong)(row0 + r) * rs + (e - r * nl) * CASTLE_LINE);
+    }
+#endif
+#endif
+}
+
 /* Rows [row0, row0 + BLK) x columns [c0, c0 + w) of a row-major matrix (row stride rs) into local
    memory, entry (r, c) at t[r * rstride + c * cstride]; rows >= nrows and columns >= d read as 0, so a
    ragged block never reads past its tensor; w is a multiple of VW.  A work-item moves VW columns of a

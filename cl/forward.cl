@@ -78,6 +78,12 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     __global const float *xqc = tcopy(ws, ws_t, CASTLE_T_QC, bh, Lpad, d);
     __global const float *xkc = tcopy(ws, ws_t, CASTLE_T_KC, bh, Lpad, d);
 
+    /* Prefetches (common.cl; tuning prefetch = 1, CPUs) of the rows phase 5 reads back micro-tile by
+       micro-tile: the accumulator O[T_i] and D_j's low part (the tiles are staged front to back, which
+       the hardware prefetches).  No branch around them (backward.cl says why). */
+    prefetch_rows(o + tensor_offset(so, b, h, 0), so.z, t0, k > 0 ? L : 0, d);
+    prefetch_rows(Dlo, (ulong)d, s0, gate && k > 0 ? L : 0, d);
+
     /* Phase 1: the BLK x BLK x d products, d staged through local memory in chunks of DT:
          s1 = QC[T_i] KC[T_j]^T,  sx = QC[T_i] D_j (k > 0) or QC[T_i] VU[T_i]^T (k = 0),
          gl = QU[T_j] KU[T_i]^T. */

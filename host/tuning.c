@@ -79,7 +79,8 @@ typedef struct tuning_entry {
 /* First match wins; the last entry is the default.  Values were measured with castle-bench on the
    devices named; how a tuning is chosen and overridden: docs/building.md, "Tuning". */
 static const tuning_entry table[] = {
-    {"pocl-cpu", NULL, "pthread", CL_DEVICE_TYPE_CPU, {sizeof(castle_tuning), CPU_MAPPING, .fold = 8}},
+    /* PoCL's compiler has __builtin_prefetch (prefetch = 1: docs/performance.md) */
+    {"pocl-cpu", NULL, "pthread", CL_DEVICE_TYPE_CPU, {sizeof(castle_tuning), CPU_MAPPING, .fold = 8, .prefetch = 1}},
     /* Mesa's rusticl on llvmpipe: 32 KiB of local memory, and its compiler takes minutes over the
        backward under 16-wide vectors (the CPU mapping shrunk to block 16: over 14 minutes for
        castle-run backward at L = 150); 2 x 2 scalar tiles compile and run it in 20 s. */

@@ -1284,6 +1284,13 @@ static castle_tuning tun_stage(unsigned stage)
     return t;
 }
 
+static castle_tuning tun_prefetch(unsigned prefetch)
+{
+    castle_tuning t = tun(32, 64, 32, 0, 0);
+    t.prefetch = prefetch;
+    return t;
+}
+
 static bool tuning_eq(const castle_tuning *a, const castle_tuning *b)
 {
     return a->block == b->block && a->threads == b->threads && a->dchunk == b->dchunk;
@@ -1359,6 +1366,7 @@ START_TEST(test_tuning_rejected)
         {tun_tile(32, 64, 16, 2, 1), "threads=64", "threads=64 x tm=2 x vector=16 not dividing block*block"},
         {tun_decode(3), "decode=3", "decode=3"},
         {tun_stage(3), "stage=3", "stage=3"},
+        {tun_prefetch(2), "prefetch=2", "prefetch=2"},
         {tun_backward(16, 1), "bthreads=16", "bthreads=16 not a multiple of block=32"},
         {tun_backward(64, 3), "btm=3", "btm=3"},
         {tun_backward(1024, 4), "bthreads=1024", "bthreads=1024 x btm=4 not dividing block*block"},
@@ -1446,7 +1454,7 @@ END_TEST
 static const char *const bad_tuning_env[] = {"block=abc", "foo=3", "block=32;threads=64", "block",
                                              "block=4294967328", "block=-32", "block=+32", "threads=",
                                              "block=12", "threads=48", "dchunk=5", "tm=3", "tn=32", "decode=3", "btm=3",
-                                             "stage=3"};
+                                             "stage=3", "prefetch=2"};
 #define NTUNING_MALFORMED 8
 #define NBADTUNINGENV ((int)(sizeof bad_tuning_env / sizeof bad_tuning_env[0]))
 

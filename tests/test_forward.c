@@ -81,7 +81,7 @@ END_TEST
    scalar register tiles (2 x 2, the former GPU entry, and 4 x 4), and the GPU entry, whose backward
    runs its own work-group size and micro-tile rows (bthreads, btm), among them.  Both staging orders
    run: stage 1 (derived under vector > 1) and stage 2 (vector = 1, the GPU entry's decode = 2, and
-   given outright on a CPU-shaped tuning). */
+   given outright on a CPU-shaped tuning, there with the software prefetch of the PoCL entry). */
 #define TUNING(...) {.struct_size = sizeof(castle_tuning), __VA_ARGS__}
 static const castle_tuning tunings[] = {
     TUNING(.block = 16, .threads = 64, .dchunk = 16, .vector = 1, .tm = 1, .tn = 1),
@@ -91,7 +91,7 @@ static const castle_tuning tunings[] = {
     TUNING(.block = 32, .threads = 1024, .dchunk = 32, .vector = 1, .tm = 1, .tn = 1),
     TUNING(.block = 32, .threads = 128, .dchunk = 16, .vector = 1, .tm = 2, .tn = 2), /* the former GPU entry */
     TUNING(.block = 16, .threads = 16, .dchunk = 16, .vector = 1, .tm = 4, .tn = 4, .fold = 1024),
-    TUNING(.block = 64, .threads = 64, .dchunk = 64, .vector = 4, .tm = 2, .tn = 2, .stage = 2),
+    TUNING(.block = 64, .threads = 64, .dchunk = 64, .vector = 4, .tm = 2, .tn = 2, .stage = 2, .prefetch = 1),
     /* the GPU entry: the backward on its own shape (128 work-items, 1 x 4 tiles) */
     TUNING(.block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2, .bthreads = 128, .btm = 1),
     TUNING(.block = 32, .threads = 128, .dchunk = 32, .vector = 4, .tm = 1, .tn = 1, .bthreads = 32, .btm = 4),

@@ -137,7 +137,8 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
    The kernels split every BLK x BLK product of a block pair (and every BLK x dchunk slab) into
    micro-tiles of tm rows x tn vectors of `vector` columns, one work-item's registers each (CLBlast
    xgemm's MWI x NWI); operands are staged through local memory dchunk columns of d at a time.  The
-   CPU mapping is tm = 4, tn = 1 with 16-wide vectors and decode = stage = 1, the GPU mapping tm = 2,
+   CPU mapping is tm = 4, tn = 1 with 16-wide vectors and decode = stage = 1 (prefetch = 1 on PoCL),
+   the GPU mapping tm = 2,
    tn = 1 with 4-wide vectors, 64 work-items and decode = stage = 2, its backward btm = 1 on 128
    work-items.
    Constraints: each value a power of two in the range below (fold: any integer in it), 0 where
@@ -176,8 +177,12 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
       "rows of the CASTLE backward's micro-tiles (0: tm)")                                                \
     X(stage, "STG", 1, 2, CASTLE_TUNING_DERIVE,                                                            \
       "how the work-items of a group share the copy of a tile into local memory: 1 = a contiguous run "    \
-      "each (CPUs: the group reads it front to back), 2 = interleaved vectors (GPUs: coalesced) (0: as "   \
-      "decode)")
+      "each (CPUs: the group reads a tile front to back), 2 = interleaved vectors (GPUs: coalesced) (0: "  \
+      "as decode)")                                                                                        \
+    X(prefetch, "PFT", 0, 1, 0,                                                                            \
+      "1 = software prefetch, a phase ahead, of the rows a block pair updates micro-tile by micro-tile "   \
+      "(CPUs whose OpenCL compiler has clang's __builtin_prefetch, as PoCL's; elsewhere the kernels may "  \
+      "fail to build)")
 typedef struct castle_tuning {
     size_t struct_size; /* sizeof(castle_tuning); castle_context_get_tuning sets it */
 #define CASTLE_TUNING_FIELD_(field, macro, lo, hi, flags, help) unsigned field;
