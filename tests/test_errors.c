@@ -14,6 +14,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1270,26 +1271,14 @@ static castle_tuning tun_backward(unsigned bthreads, unsigned btm)
     return t;
 }
 
-static castle_tuning tun_decode(unsigned decode)
+/* tun(32, 64, 32, 0, 0) with the one parameter at byte offset off (TUN_WITH's field) set to v. */
+static castle_tuning tun_with(size_t off, unsigned v)
 {
     castle_tuning t = tun(32, 64, 32, 0, 0);
-    t.decode = decode;
+    memcpy((char *)&t + off, &v, sizeof v);
     return t;
 }
-
-static castle_tuning tun_stage(unsigned stage)
-{
-    castle_tuning t = tun(32, 64, 32, 0, 0);
-    t.stage = stage;
-    return t;
-}
-
-static castle_tuning tun_prefetch(unsigned prefetch)
-{
-    castle_tuning t = tun(32, 64, 32, 0, 0);
-    t.prefetch = prefetch;
-    return t;
-}
+#define TUN_WITH(field, v) tun_with(offsetof(castle_tuning, field), (v))
 
 static bool tuning_eq(const castle_tuning *a, const castle_tuning *b)
 {
@@ -1364,9 +1353,9 @@ START_TEST(test_tuning_rejected)
         {tun_tile(32, 64, 16, 1, 4), "tn=4", "tn=4 x vector=16 not dividing block=32"},
         {tun_tile(32, 128, 1, 4, 4), "threads=128", "threads=128 x 4 x 4 tiles not dividing block*block=1024"},
         {tun_tile(32, 64, 16, 2, 1), "threads=64", "threads=64 x tm=2 x vector=16 not dividing block*block"},
-        {tun_decode(3), "decode=3", "decode=3"},
-        {tun_stage(3), "stage=3", "stage=3"},
-        {tun_prefetch(2), "prefetch=2", "prefetch=2"},
+        {TUN_WITH(decode, 3), "decode=3", "decode=3"},
+        {TUN_WITH(stage, 3), "stage=3", "stage=3"},
+        {TUN_WITH(prefetch, 2), "prefetch=2", "prefetch=2"},
         {tun_backward(16, 1), "bthreads=16", "bthreads=16 not a multiple of block=32"},
         {tun_backward(64, 3), "btm=3", "btm=3"},
         {tun_backward(1024, 4), "bthreads=1024", "bthreads=1024 x btm=4 not dividing block*block"},
