@@ -252,7 +252,8 @@ static bool parse_tuning(const char *s, castle_tuning *t)
     return true;
 }
 
-/* Parses s over *t, re-deriving the derivable parameters (vector, tm, tn) unless s gives them. */
+/* Parses s over *t, re-deriving the derivable parameters (castle.h's CASTLE_TUNING_DERIVE) unless s
+   gives them. */
 static bool parse_over(const char *s, castle_tuning *t)
 {
     castle_tuning u = *t;

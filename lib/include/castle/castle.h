@@ -138,9 +138,8 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
    micro-tiles of tm rows x tn vectors of `vector` columns, one work-item's registers each (CLBlast
    xgemm's MWI x NWI); operands are staged through local memory dchunk columns of d at a time.  The
    CPU mapping is tm = 4, tn = 1 with 16-wide vectors and decode = stage = 1 (prefetch = 1 on PoCL),
-   the GPU mapping tm = 2,
-   tn = 1 with 4-wide vectors, 64 work-items and decode = stage = 2, its backward btm = 1 on 128
-   work-items.
+   the GPU mapping tm = 2, tn = 1 with 4-wide vectors, 64 work-items and decode = stage = 2, its
+   backward btm = 1 on 128 work-items.
    Constraints: each value a power of two in the range below (fold: any integer in it), 0 where
    "0 = derive" is said; threads a multiple of block, at most the device's work-group size, with
    threads x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector
