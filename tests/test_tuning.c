@@ -146,6 +146,38 @@ START_TEST(test_tune_then_load)
 }
 END_TEST
 
+/* --max-tiles: a candidate whose work-items would own more micro-tiles than the cap is listed as
+   "over" and not built; the start is exempt.  Under --quick the search stops at the first other
+   shape; from every start in the built-in table that shape is threads = block, tm = tn = 1, whose
+   work-items own block / vector >= 2 tiles, over a cap of 1.  So only the start is built, and
+   --dry-run writes nothing. */
+START_TEST(test_tune_max_tiles)
+{
+    char cmd[1024], line[1024], out[8192] = "";
+    snprintf(cmd, sizeof cmd, "'%s' --quick --max-tiles 1 --L 96 --heads 1 --repeat 1 --dry-run 2>&1", CASTLE_TUNE_PATH);
+    FILE *p = popen(cmd, "r");
+    ck_assert(p);
+    int built = 0, over = 0;
+    while (fgets(line, sizeof line, p)) {
+        built += strstr(line, " forward+backward ") != NULL && strstr(line, "(built and timed in ") != NULL;
+        over += !strncmp(line, "  over ", 7) && strstr(line, "micro-tiles per work-item (--max-tiles 1), not built");
+        if (strlen(out) + strlen(line) < sizeof out)
+            strcat(out, line);
+    }
+    const int rc = pclose(p);
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "castle-tune failed (%d):\n%s", rc, out);
+    ck_assert_msg(built == 1 && over == 1, "built %d, over %d:\n%s", built, over, out);
+    ck_assert_msg(strstr(out, "candidates: 1 run, 0 failed, ") && strstr(out, " 1 over --max-tiles 1\n"), "%s", out);
+    ck_assert_msg(!strstr(out, "written to"), "--dry-run wrote the file:\n%s", out);
+    static const char *const bad[] = {"--max-tiles 0", "--max-tiles x", "--max-tiles"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; ++k) { /* bad usage: exit status 2 */
+        snprintf(cmd, sizeof cmd, "'%s' %s > /dev/null 2>&1", CASTLE_TUNE_PATH, bad[k]);
+        const int r = system(cmd);
+        ck_assert_msg(WIFEXITED(r) && WEXITSTATUS(r) == 2, "castle-tune %s: status %d", bad[k], r);
+    }
+}
+END_TEST
+
 /* Entries for other devices or drivers, malformed lines and entries the device cannot run are
    ignored: the context falls back to the built-in table. */
 START_TEST(test_file_ignored)
@@ -228,6 +260,7 @@ int main(void)
     tcase_add_test(tc, test_file_ignored);
     tcase_add_test(tc, test_file_not_regular);
     tcase_add_test(tc, test_tune_then_load);
+    tcase_add_test(tc, test_tune_max_tiles);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

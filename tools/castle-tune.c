@@ -20,7 +20,8 @@
 #include <sys/stat.h>
 
 static const char usage[] =
-    "usage: castle-tune [--device P:D] [--L N] [--d N] [--heads N] [--repeat N] [--file PATH] [--dry-run] [--quick]\n"
+    "usage: castle-tune [--device P:D] [--L N] [--d N] [--heads N] [--repeat N] [--max-tiles N] [--file PATH]\n"
+    "                   [--dry-run] [--quick]\n"
     "\n"
     "Times castle_forward + castle_backward (B=1, H=heads, L, d) under candidate tunings, in three stages:\n"
     "every valid micro-tile shape (threads x vector x tm x tn) at the starting block and dchunk, with\n"
@@ -29,7 +30,10 @@ static const char usage[] =
     "staging order (stage).  The start as it is stays a candidate; prefetch stays as the start has it\n"
     "(it needs a compiler with __builtin_prefetch).  Each candidate runs on a fresh\n"
     "library context; one the device rejects is counted as skipped, one that fails to build or run is\n"
-    "listed ('fail ...') and makes the exit status 1 (the winner is still written).\n"
+    "listed ('fail ...') and makes the exit status 1 (the winner is still written).  A candidate whose\n"
+    "work-items would own more than --max-tiles micro-tiles of a block's product (forward or backward)\n"
+    "is listed ('over ...') and not built: such shapes are slow to compile (64 tiles: 15 minutes on\n"
+    "PoCL) and slow to run.  Each line gives the seconds its candidate took to build and time.\n"
     "The winner is checked against the fp64 reference (forward and gradients), then written to the\n"
     "tuning file as the entry for this device name and driver version (other devices' entries kept).\n"
     "\n"
@@ -39,10 +43,12 @@ static const char usage[] =
     "  --d N          head dim (default 64)\n"
     "  --heads N      heads (default 4)\n"
     "  --repeat N     timed runs per candidate, median taken (default 3)\n"
+    "  --max-tiles N  most micro-tiles per work-item of a candidate that is built (default 16)\n"
     "  --file PATH    tuning file (default: $CASTLE_TUNING_FILE, else $XDG_CONFIG_HOME/castle/tuning.tsv,\n"
     "                 else ~/.config/castle/tuning.tsv)\n"
     "  --dry-run      search and verify, but do not write the file\n"
-    "  --quick        a reduced search: the starting tuning and one other micro-tile shape (for tests)\n"
+    "  --quick        a reduced search: the starting tuning and the first other micro-tile shape (for\n"
+    "                 tests)\n"
     "  -h, --help     this text\n"
     "\n"
     "exit status: 0 success, 1 library, device or file failure or a candidate that failed, 2 bad usage\n";
@@ -51,6 +57,7 @@ typedef struct options {
     const char *device, *file;
     size_t L, d, heads;
     long repeat;
+    unsigned max_tiles;
     bool dry, quick;
 } options;
 
@@ -71,11 +78,12 @@ static bool parse_count(const char *v, unsigned long long *x)
 
 static int parse_args(int argc, char **argv, options *o)
 {
-    enum { OPT_DEVICE = 256, OPT_FILE, OPT_L, OPT_D, OPT_HEADS, OPT_REPEAT, OPT_DRY, OPT_QUICK };
+    enum { OPT_DEVICE = 256, OPT_FILE, OPT_L, OPT_D, OPT_HEADS, OPT_REPEAT, OPT_MAX_TILES, OPT_DRY, OPT_QUICK };
     static const struct option longopts[] = {
         {"device", required_argument, NULL, OPT_DEVICE}, {"file", required_argument, NULL, OPT_FILE},
         {"L", required_argument, NULL, OPT_L},           {"d", required_argument, NULL, OPT_D},
         {"heads", required_argument, NULL, OPT_HEADS},   {"repeat", required_argument, NULL, OPT_REPEAT},
+        {"max-tiles", required_argument, NULL, OPT_MAX_TILES},
         {"dry-run", no_argument, NULL, OPT_DRY},         {"quick", no_argument, NULL, OPT_QUICK},
         {"help", no_argument, NULL, 'h'},                {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof *o);
@@ -83,6 +91,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->d = 64;
     o->heads = 4;
     o->repeat = 3;
+    o->max_tiles = 16;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -107,6 +116,7 @@ static int parse_args(int argc, char **argv, options *o)
         case OPT_D:
         case OPT_HEADS:
         case OPT_REPEAT:
+        case OPT_MAX_TILES:
             if (!parse_count(optarg, &x))
                 return bad_usage("expected a positive integer, got", optarg);
             if (c == OPT_L)
@@ -115,6 +125,8 @@ static int parse_args(int argc, char **argv, options *o)
                 o->d = (size_t)x;
             else if (c == OPT_HEADS)
                 o->heads = (size_t)x;
+            else if (c == OPT_MAX_TILES)
+                o->max_tiles = (unsigned)x;
             else
                 o->repeat = (long)x;
             break;
@@ -132,7 +144,7 @@ static int parse_args(int argc, char **argv, options *o)
 typedef struct tuner {
     castle_context *ctx; /* the device's context: buffers, queue, validity checks; runs nothing */
     castle_context *run; /* the candidate's own context (fresh per candidate: programs are released) */
-    int tried, skipped, failed;
+    int tried, skipped, failed, over; /* over: more micro-tiles per work-item than --max-tiles */
     cl_context clc;
     cl_command_queue q;
     castle_attention_desc desc;
@@ -180,9 +192,24 @@ static double time_candidate(tuner *tu, const char **clock)
     return st == CASTLE_SUCCESS ? t.ms : -1;
 }
 
+/* The most micro-tiles a work-item owns in one product of a block pair (cl/common.cl's FUPT and
+   FUPC), forward or backward, under r as the library installed it (derived values filled in). */
+static unsigned tiles_per_item(const castle_tuning *r)
+{
+    const unsigned threads[2] = {r->threads, r->bthreads}, tm[2] = {r->tm, r->btm};
+    const unsigned cols = r->tn * r->vector, width = r->dchunk > r->block ? r->dchunk : r->block;
+    unsigned most = 0;
+    for (int k = 0; k < 2; ++k) {
+        const unsigned n = (r->block / tm[k]) * (width / cols) / threads[k];
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
 /* Tries t on a fresh context: returns its time, or -1 when the device rejects it (counted as
-   skipped) or it fails to build or run (listed on stderr, counted as failed). */
-static double try_tuning(tuner *tu, const castle_tuning *t)
+   skipped) or it fails to build or run (listed on stderr, counted as failed), or -2 when capped and
+   its work-items would own more than --max-tiles micro-tiles (listed, counted as over, not built). */
+static double try_tuning(tuner *tu, const castle_tuning *t, bool capped)
 {
     char ts[256];
     castle_tuning_string(t, ts, sizeof ts);
@@ -190,7 +217,17 @@ static double try_tuning(tuner *tu, const castle_tuning *t)
         ++tu->skipped;
         return -1;
     }
+    castle_tuning r = {.struct_size = sizeof r};
+    const unsigned tiles = castle_context_get_tuning(tu->ctx, &r) == CASTLE_SUCCESS ? tiles_per_item(&r) : 0;
+    if (capped && tiles > tu->opt->max_tiles) {
+        ++tu->over;
+        printf("  over %s: %u micro-tiles per work-item (--max-tiles %u), not built\n", ts, tiles,
+               tu->opt->max_tiles);
+        fflush(stdout);
+        return -2;
+    }
     ++tu->tried;
+    const double t0 = tool_now_ms();
     double ms = -1;
     const char *clock = "device";
     if (castle_context_create(castle_context_cl_context(tu->ctx), castle_context_device(tu->ctx), &tu->run) ==
@@ -201,7 +238,8 @@ static double try_tuning(tuner *tu, const castle_tuning *t)
         ++tu->failed;
         fprintf(stderr, "  fail %s: %s\n", ts, castle_last_error());
     } else {
-        printf("  %s  forward+backward %.3f ms clock=%s\n", ts, ms, clock);
+        printf("  %s  forward+backward %.3f ms clock=%s (built and timed in %.0f s)\n", ts, ms, clock,
+               (tool_now_ms() - t0) / 1e3);
     }
     castle_context_destroy(tu->run);
     tu->run = NULL;
@@ -209,10 +247,11 @@ static double try_tuning(tuner *tu, const castle_tuning *t)
     return ms;
 }
 
-/* Keeps the faster of *best (time *best_ms) and t. */
-static void consider(tuner *tu, const castle_tuning *t, castle_tuning *best, double *best_ms)
+/* Keeps the faster of *best (time *best_ms) and t; capped: subject to --max-tiles (every candidate
+   but the start). */
+static void consider(tuner *tu, const castle_tuning *t, bool capped, castle_tuning *best, double *best_ms)
 {
-    const double ms = try_tuning(tu, t);
+    const double ms = try_tuning(tu, t, capped);
     if (ms > 0 && (*best_ms < 0 || ms < *best_ms)) {
         /* as the library installed it (try_tuning left it on tu->ctx): the derived parameters filled in */
         castle_tuning r = {.struct_size = sizeof r};
@@ -330,7 +369,7 @@ int main(int argc, char **argv)
     printf("castle-tune: %s (driver %s), B=1 H=%zu L=%zu d=%zu, start: %s\n", name, driver, opt.heads, opt.L, opt.d,
            castle_context_tuning_name(tu.ctx));
     double best_ms = -1;
-    consider(&tu, &best, &best, &best_ms);
+    consider(&tu, &best, false, &best, &best_ms);
     const double start_ms = best_ms;
     const castle_tuning start_run = best; /* as installed, derived parameters filled in */
     /* Stage 1 compares the shapes with the backward following each, so a start whose backward has a
@@ -341,7 +380,7 @@ int main(int argc, char **argv)
         castle_tuning t = start_run;
         t.bthreads = t.btm = 0;
         best_ms = -1;
-        consider(&tu, &t, &best, &best_ms);
+        consider(&tu, &t, false, &best, &best_ms);
     }
     /* the values each parameter may take (castle.h's list), powers of two where it says so */
     enum { NPARAM = 0
@@ -373,9 +412,9 @@ int main(int argc, char **argv)
                     t.tn = tn;
                     if (th == s1.threads && v == s1.vector && tm == s1.tm && tn == s1.tn)
                         continue;
-                    if (opt.quick && (tu.tried >= 2 + own_backward || v != (s1.vector > 1 ? 4u : 1u)))
+                    if (opt.quick && (tu.tried + tu.over >= 2 + own_backward || v != (s1.vector > 1 ? 4u : 1u)))
                         continue;
-                    consider(&tu, &t, &best, &best_ms);
+                    consider(&tu, &t, true, &best, &best_ms);
                 }
     /* stage 2: every block x dchunk with the best shape, threads the nearest to the best that fit */
     const castle_tuning s2 = best;
@@ -397,7 +436,7 @@ int main(int argc, char **argv)
                 }
             }
             if (gap != UINT_MAX)
-                consider(&tu, &pick, &best, &best_ms);
+                consider(&tu, &pick, true, &best, &best_ms);
             else
                 ++tu.skipped;
         }
@@ -410,7 +449,7 @@ int main(int argc, char **argv)
             t.bthreads = th;
             t.btm = tm;
             if (th != s3.bthreads || tm != s3.btm)
-                consider(&tu, &t, &best, &best_ms);
+                consider(&tu, &t, true, &best, &best_ms);
         }
     /* then the other staging orders (stage) under the rest of the best tuning */
     const castle_tuning s4 = best;
@@ -418,13 +457,14 @@ int main(int argc, char **argv)
         castle_tuning t = s4;
         t.stage = sg;
         if (sg != s4.stage)
-            consider(&tu, &t, &best, &best_ms);
+            consider(&tu, &t, true, &best, &best_ms);
     }
     if (start_ms > 0 && (best_ms < 0 || start_ms <= best_ms)) {
         best = start_run;
         best_ms = start_ms;
     }
-    printf("candidates: %d run, %d failed, %d not valid on this device\n", tu.tried, tu.failed, tu.skipped);
+    printf("candidates: %d run, %d failed, %d not valid on this device, %d over --max-tiles %u\n", tu.tried,
+           tu.failed, tu.skipped, tu.over, opt.max_tiles);
     if (best_ms < 0) {
         fprintf(stderr, "castle-tune: no candidate ran on this device\n");
         rc = 1;
