@@ -416,7 +416,8 @@ int main(int argc, char **argv)
                         continue;
                     consider(&tu, &t, true, &best, &best_ms);
                 }
-    /* stage 2: every block x dchunk with the best shape, threads the nearest to the best that fit */
+    /* stage 2: every block x dchunk with the best shape, threads the nearest to the best that fit (within
+       --max-tiles where some do) */
     const castle_tuning s2 = best;
     for (unsigned blk = range[P_BLOCK].lo; blk <= range[P_BLOCK].hi && !opt.quick; blk *= 2)
         for (unsigned c = range[P_DCHUNK].lo; c <= range[P_DCHUNK].hi; c *= 2) {
@@ -426,11 +427,17 @@ int main(int argc, char **argv)
             t.block = blk;
             t.dchunk = c;
             t.bthreads = t.btm = 0;
-            unsigned gap = UINT_MAX;
+            unsigned gap = UINT_MAX; /* the pick's distance from the best's threads, + UINT_MAX / 2 if over the cap */
             for (unsigned th = range[P_THREADS].lo; th <= range[P_THREADS].hi && th <= max_wg; th *= 2) {
                 t.threads = th;
-                const unsigned g = th > s2.threads ? th / s2.threads : s2.threads / th;
-                if (g < gap && castle_context_set_tuning(tu.ctx, &t) == CASTLE_SUCCESS) {
+                unsigned g = th > s2.threads ? th / s2.threads : s2.threads / th;
+                castle_tuning r = {.struct_size = sizeof r};
+                if (g >= gap || castle_context_set_tuning(tu.ctx, &t) != CASTLE_SUCCESS ||
+                    castle_context_get_tuning(tu.ctx, &r) != CASTLE_SUCCESS)
+                    continue;
+                if (tiles_per_item(&r) > opt.max_tiles) /* a thread count within the cap comes first */
+                    g += UINT_MAX / 2;
+                if (g < gap) {
                     gap = g;
                     pick = t;
                 }
