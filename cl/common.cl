@@ -120,8 +120,8 @@ inline vfloat lane_index(void)
 #endif
 /* Micro-tiles of a BLK x BLK product and of a BLK x DT slab of a d-wide output; work-item lid owns
    micro-tiles lid + m NT of each (m < FUPT, m < FUPC). */
-#define FU ((BLK / TM) * (BLK / MT_COLS))
-#define FUC ((BLK / TM) * (DT / MT_COLS))
+#define FU CASTLE_MT_TILES(BLK, BLK, TM, MT_COLS) /* local_memory.h */
+#define FUC CASTLE_MT_TILES(BLK, DT, TM, MT_COLS)
 #if (FU % NT) != 0 || (FUC % NT) != 0
 #error "NT x TM x TN x VW must divide BLK*BLK and BLK*DT"
 #endif
@@ -473,13 +473,12 @@ CASTLE_PART_FNS(16, float16, CASTLE_LOAD_16, CASTLE_STORE_16)
 #ifndef PFT
 #define PFT 0
 #endif
+#define CASTLE_PREFETCH 0 /* 1: PFT and the compiler has __builtin_prefetch */
 #if PFT && defined(__has_builtin)
 #if __has_builtin(__builtin_prefetch)
-#define CASTLE_PREFETCH(p) __builtin_prefetch(p)
+#undef CASTLE_PREFETCH
+#define CASTLE_PREFETCH 1
 #endif
-#endif
-#ifndef CASTLE_PREFETCH
-#define CASTLE_PREFETCH(p) ((void)0)
 #endif
 #define CASTLE_LINE 16 /* floats per cache line that a prefetch brings (64 bytes) */
 
@@ -488,15 +487,13 @@ CASTLE_PART_FNS(16, float16, CASTLE_LOAD_16, CASTLE_STORE_16)
 __attribute__((always_inline)) inline void prefetch_rows(__global const float *p, const ulong rs, const int row0,
                                                          const int nrows, const int d)
 {
-#ifdef __has_builtin /* CASTLE_PREFETCH is nothing elsewhere: no loop either */
-#if PFT && __has_builtin(__builtin_prefetch)
+#if CASTLE_PREFETCH /* else nothing, no loop either */
     const int nl = (d + CASTLE_LINE - 1) / CASTLE_LINE; /* lines per row */
     FOR_SHARE(e, BLK * nl) {
         const int r = e / nl;
         if (row0 + r < nrows)
-            CASTLE_PREFETCH(p + (ulong)(row0 + r) * rs + (e - r * nl) * CASTLE_LINE);
+            __builtin_prefetch(p + (ulong)(row0 + r) * rs + (e - r * nl) * CASTLE_LINE);
     }
-#endif
 #endif
 }
 

@@ -1,7 +1,8 @@
 /* local_memory.h: the local memory (in floats) each kernel family needs under a tuning.
  *
  * Plain preprocessor arithmetic, valid C and OpenCL C: host/tuning.c includes this file to check a
- * tuning against the device, and host/program.c puts it in front of every program, where the kernels
+ * tuning against the device (tools/castle-tune.c to count micro-tiles), and host/program.c puts it in
+ * front of every program, where the kernels
  * size their __local arrays with the same macros.  b = BLK (block rows), c = DT (columns of d per
  * step), dmax = CASTLE_MAX_HEAD_DIM. */
 #ifndef CASTLE_LOCAL_MEMORY_H
@@ -31,6 +32,10 @@
 /* Not a size, but shared the same way: partials per new row that one work-group of g work-items of
    castle_causal_decode (cl/causal.cl) leaves, under the tuning's decode mapping dec. */
 #define CASTLE_CAUSAL_DECODE_PARTIALS(g, dec) ((dec) == 1 ? (g) : 1)
+
+/* Not a size either: the micro-tiles (tm rows x mc columns each) of a rows x cols product, which
+   the nt work-items of a group share out (cl/common.cl's FUPT and FUPC; castle-tune's --max-tiles). */
+#define CASTLE_MT_TILES(rows, cols, tm, mc) (((rows) / (tm)) * ((cols) / (mc)))
 
 /* The most any family needs: what a tuning must fit. */
 #define CASTLE_LM_ANY(b, c, dmax)                                                                      \

@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "castle/castle.h"
 #include "harness.h"
+#include "local_memory.h" /* CASTLE_MT_TILES, the kernels' tile count */
 #include "tool.h"
 #include "tolerance.h"
 
@@ -197,10 +198,10 @@ static double time_candidate(tuner *tu, const char **clock)
 static unsigned tiles_per_item(const castle_tuning *r)
 {
     const unsigned threads[2] = {r->threads, r->bthreads}, tm[2] = {r->tm, r->btm};
-    const unsigned cols = r->tn * r->vector, width = r->dchunk > r->block ? r->dchunk : r->block;
+    const unsigned width = r->dchunk > r->block ? r->dchunk : r->block; /* the wider of FUPT's and FUPC's */
     unsigned most = 0;
     for (int k = 0; k < 2; ++k) {
-        const unsigned n = (r->block / tm[k]) * (width / cols) / threads[k];
+        const unsigned n = CASTLE_MT_TILES(r->block, width, tm[k], r->tn * r->vector) / threads[k];
         most = n > most ? n : most;
     }
     return most;
