@@ -131,7 +131,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     /* Per micro-tile m of a BLK x BLK product: the gate logits, then dG (rows s, columns j'); the
        gate G; the products QC KC^T, QC D^T, dO VC^T (rows t, columns s). */
     vfloat g[FUPT][MT_ACC], gv[FUPT][MT_ACC], s1[FUPT][MT_ACC], s2[FUPT][MT_ACC], ap[FUPT][MT_ACC];
-    for (int m = 0; m < FUPT; ++m) {
+    ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
         mt_zero(g[m]);
         mt_zero(gv[m]);
         mt_zero(s1[m]);
@@ -164,7 +164,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (gate)
-            for (int m = 0; m < FUPT; ++m) {
+            ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
                 mt_product(g[m], MT_A(T0, row0, DT, 0), T1 + col0, BLK, DT);
                 if (!first_col)
@@ -175,9 +175,9 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             break;
     }
     if (gate)
-        for (int m = 0; m < FUPT; ++m) {
+        ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-            for (int e = 0; e < MT_ACC; ++e) {
+            ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
                 const vfloat gg = castle_gate_v(g[m][e], sc, s0 + rr, (float)(t0 + cv) + lane, L, W);
                 g[m][e] = gv[m][e]; /* dG so far */
@@ -209,13 +209,13 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             stage_tile(T5, pvu, svu.z, t0, L, c0, DT, d, false);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k > 0)
-            for (int m = 0; m < FUPC; ++m) {
+            ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                 vfloat dv[MT_ACC];
                 mt_zero(dv);
                 if (gate) /* the forward's D update G[T_j,T_i] VU[T_i] */
                     mt_product(dv, sGt + row0, BLK, T5 + col0, DT, BLK);
-                for (int e = 0; e < MT_ACC; ++e) {
+                ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                     const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW, gc = c0 + cv;
                     const int s = s0 + rr;
                     vfloat hi = (vfloat)(0.0f);
@@ -243,7 +243,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             }
             delta += e0 + e1;
         }
-        for (int m = 0; m < FUPT; ++m) {
+        ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             mt_product(s1[m], MT_A(T0, row0, DT, 0), T1 + col0, BLK, DT);
             if (k > 0)
@@ -271,14 +271,14 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
 
     /* Phase B2: SU and A as the forward computes them, P = min(exp(A - lse), 1), dA, dSU (rows t,
        columns s; masked entries 0), kept in registers until every work-item has read Gt and Yt. */
-    for (int m = 0; m < FUPT; ++m) {
+    ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
         const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
         vfloat su[MT_ACC];
-        for (int e = 0; e < MT_ACC; ++e)
+        ACC_UNROLL for (int e = 0; e < MT_ACC; ++e)
             su[e] = k > 0 ? sc * s2[m][e] : (vfloat)(0.0f);
         if (gate) /* X[t][j'] = 0 beyond j' = t */
             mt_product_lower(su, sYt + row0, BLK, sGt + col0, BLK, row0);
-        for (int e = 0; e < MT_ACC; ++e) {
+        ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
             const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
             const int t = t0 + rr;
             const vfloat gs = castle_sigmoid_v(su[e]); /* the forward's castle_silu_v(su) = su gs */
@@ -294,9 +294,9 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* every read of Gt and Yt is done */
-    for (int m = 0; m < FUPT; ++m) {
+    ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
         const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-        for (int e = 0; e < MT_ACC; ++e) {
+        ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
             const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
             VSTORE(s1[m][e], sP + rr * BLK + cv);
             VSTORE(ap[m][e], sdA + rr * BLK + cv);
@@ -311,14 +311,14 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
        (rows s, columns j'; Y[t][j'] is masked for t < j', dSU[t][s] for t < s at k = 0). */
     vfloat dy[FUPT][MT_ACC];
     if (gate)
-        for (int m = 0; m < FUPT; ++m) {
+        ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             mt_zero(dy[m]);
             if (diag)
                 mt_product_lower(dy[m], sdSUt + row0, BLK, sG + col0, BLK, row0);
             else
                 mt_product(dy[m], sdSUt + row0, BLK, sG + col0, BLK, BLK);
-            for (int e = 0; e < MT_ACC; ++e) {
+            ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
                 dy[m][e] = select((vfloat)(0.0f), dy[m][e], VISLESSEQ((float)cv + lane, (vfloat)(float)rr));
             }
@@ -326,9 +326,9 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         }
     barrier(CLK_LOCAL_MEM_FENCE); /* every read of Y is done */
     if (gate)
-        for (int m = 0; m < FUPT; ++m) {
+        ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-            for (int e = 0; e < MT_ACC; ++e) {
+            ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
                 VSTORE(dy[m][e], sdY + rr * BLK + cv);
                 store_column(sdYt, cv, rr, dy[m][e]);
@@ -358,7 +358,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         }
         /* global fence too: below, other work-items overwrite the dD_j entries just read */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        for (int m = 0; m < FUPC; ++m) {
+        ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
             /* row block i, rows t: dQC = dA KC + dSU D^T + dY VU; rows j': dVU = G^T dD + sc dY^T QC */
             vfloat vq[MT_ACC], vv[MT_ACC], w[MT_ACC];
@@ -380,10 +380,10 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                     mt_product(vv, sG + row0, BLK, T5 + col0, DT, BLK);
                 mt_zero(w);
                 mt_product_from(w, sdY + row0, BLK, T0 + col0, DT, row0, 0, 0, false, lane);
-                for (int e = 0; e < MT_ACC; ++e)
+                ACC_UNROLL for (int e = 0; e < MT_ACC; ++e)
                     vv[e] += sc * w[e];
             }
-            for (int e = 0; e < MT_ACC; ++e) {
+            ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
                 const int t = t0 + rr;
                 if (t < L && gc < d) {
@@ -401,7 +401,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             mt_product_from(vq, sdA + row0, BLK, T0 + col0, DT, row0, diag ? 0 : -1, 0, false, lane);
             if (k > 0)
                 mt_product(vv, sdSU + row0, BLK, T0 + col0, DT, BLK);
-            for (int e = 0; e < MT_ACC; ++e) {
+            ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW, gc = c0 + cv;
                 const int s = s0 + rr;
                 if (s < L && gc < d) {
@@ -420,9 +420,9 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
 
     /* dZ = dG G (1 - G) on the allowed gate entries (0 elsewhere), into dA's and dAt's places. */
     if (gate)
-        for (int m = 0; m < FUPT; ++m) {
+        ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-            for (int e = 0; e < MT_ACC; ++e) {
+            ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
                 const vfloat dz = select((vfloat)(0.0f), g[m][e] * gv[m][e] * ((vfloat)(1.0f) - gv[m][e]),
                                          isnotequal(gv[m][e], (vfloat)(0.0f)));
@@ -458,7 +458,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                     mt_product(vq, sdZt + row0, BLK, T1 + col0, DT, BLK);
                 }
             }
-            for (int e = 0; e < MT_ACC; ++e) {
+            ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
                 if (gc >= d)
                     continue;

@@ -194,8 +194,9 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
 
 /* A lane's columns: quads q = lane + DLN i (float4; adjacent lanes on adjacent quads) below d / 4,
    then the d % 4 tail columns 4 (d / 4) + lane + DLN i.  Loops run to the compile-time bounds ACCQ,
-   ACCT (and break), so that a GPU keeps a lane's accumulators in registers. */
-#define ACCQ ((MAXD / 4 + DLN - 1) / DLN) /* quads per lane */
+   ACCT (and break), so that a GPU keeps a lane's accumulators in registers; under accum = 2 those
+   bounds are the head-dimension class's, not the widest head's (common.cl, ACC). */
+#define ACCQ ((DACC / 4 + DLN - 1) / DLN) /* quads per lane (DACC: common.cl) */
 #define ACCT ((3 + DLN - 1) / DLN)        /* tail columns per lane */
 #define MB 64                             /* columns per block of the team merge */
 

@@ -119,12 +119,19 @@ inline vfloat cc_finite_or_zero(vfloat x) { return select(x, (vfloat)(0.0f), isi
    pair and every BLK x DT slab of an accumulator (rows of the block x columns of d) are split into
    micro-tiles of TM rows x TN vectors of VW columns; work-item lid owns micro-tiles lid + m NT of
    each (m < FUPT, m < FUPC). */
-#define CF_NCH ((CC_DMAX + DT - 1) / DT) /* slabs of the widest head */
+#define CF_NCH ((DACC + DT - 1) / DT) /* slabs of the widest head the accumulators hold (common.cl) */
 #define CF_RG (BLK / TM)                 /* rows of micro-tiles in the score block */
 /* The accumulator slabs ci (DT columns of d each) that the staging step of w columns from column cv
-   holds, c0 = ci DT - cv the first column of slab ci in the step's tile. */
+   holds, c0 = ci DT - cv the first column of slab ci in the step's tile: under ACC == 2 every slab
+   index is a constant of an unrolled loop (the accumulators stay in registers), else the loop runs
+   over the step's slabs only. */
+#if ACC == 2
+#define CC_FOR_SLABS(ci, c0, cv, w) \
+    ACC_UNROLL for (int ci = 0, c0 = -(cv); ci < CF_NCH; ++ci, c0 += DT) if (c0 >= 0 && c0 < (w))
+#else
 #define CC_FOR_SLABS(ci, c0, cv, w) \
     for (int ci = (cv) / DT, c0 = 0; ci < CF_NCH && (c0 = ci * DT - (cv)) < (w); ++ci)
+#endif
 /* K is the A operand of S^T = K Q^T, staged as MT_AT says (common.cl). */
 #if CC_TROWS < DT
 #error "causal.cl: the Q^T tile must hold a d chunk (DT <= CASTLE_MAX_HEAD_DIM)"
@@ -140,9 +147,9 @@ __attribute__((always_inline)) inline void cc_store_acc(const vfloat *acc, __glo
     const int lid = get_local_id(0);
 #pragma unroll
     for (int ci = 0; ci < CF_NCH; ++ci)
-        for (int m = 0; m < FUPC; ++m) {
+        ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
-            for (int e = 0; e < MT_ACC; ++e) {
+            ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                 const int row = row0 + e / TN, c = ci * DT + col0 + (e % TN) * VW;
                 if (row >= nrows || c >= d)
                     continue;
@@ -229,7 +236,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
     for (int kb = kb0; kb < kb1; ++kb) {
         const int s0 = kb * BLK;
         vfloat s[FUPT * MT_ACC];
-        for (int m = 0; m < FUPT; ++m)
+        ACC_UNROLL for (int m = 0; m < FUPT; ++m)
             mt_zero(s + m * MT_ACC);
         for (int c0 = 0; c0 < d; c0 += kw) {
             const int w = min(kw, dpad - c0);
@@ -238,7 +245,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             stage_tile(sT, pk, sk.z, s0, nkeys, c0, w, d, MT_AT);
             barrier(CLK_LOCAL_MEM_FENCE);
             __local const float *qc = qall ? Qt + c0 * BLK : Qt;
-            for (int m = 0; m < FUPT; ++m) {
+            ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
                 for (int c = 0; c < w; c += DT) /* DT terms per call: a constant trip count */
                     mt_product(s + m * MT_ACC, MT_A(sT, row0, w, c), qc + c * BLK + col0, BLK, DT);
@@ -247,11 +254,11 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
         }
         /* Mask and scale (key s sees the query lanes at positions >= s), keep each tile's column
            maxima. */
-        for (int m = 0; m < FUPT; ++m) {
+        ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-            for (int j = 0; j < TN; ++j) {
+            ACC_UNROLL for (int j = 0; j < TN; ++j) {
                 vfloat mx = (vfloat)(-INFINITY);
-                for (int i = 0; i < TM; ++i) {
+                ACC_UNROLL for (int i = 0; i < TM; ++i) {
                     const int key = s0 + row0 + i, e = m * MT_ACC + i * TN + j;
                     /* key > the lane's position: compared as a small difference, exact in float */
                     const vfloat ahead = (vfloat)(float)(key - pos0 - col0 - j * VW);
@@ -272,13 +279,13 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             VSTORE(m_new, sM + u * VW);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int m = 0; m < FUPT; ++m) {
+        ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-            for (int j = 0; j < TN; ++j) {
+            ACC_UNROLL for (int j = 0; j < TN; ++j) {
                 const int cv = col0 + j * VW;
                 const vfloat ref = cc_finite_or_zero(VLOAD(sM + cv));
                 vfloat ps = (vfloat)(0.0f);
-                for (int i = 0; i < TM; ++i) {
+                ACC_UNROLL for (int i = 0; i < TM; ++i) {
                     const vfloat p = exp(s[m * MT_ACC + i * TN + j] - ref);
                     ps += p;
                     VSTORE(p, sP + (row0 + i) * BLK + cv);
@@ -298,10 +305,10 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             stage_tile(sT, pv, sv.z, s0, nkeys, cv, w, d, false);
             barrier(CLK_LOCAL_MEM_FENCE);
             CC_FOR_SLABS(ci, c0, cv, w) {
-                for (int m = 0; m < FUPC; ++m) {
+                ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat *a = acc + (ci * FUPC + m) * MT_ACC;
-                    for (int e = 0; e < MT_ACC; ++e)
+                    ACC_UNROLL for (int e = 0; e < MT_ACC; ++e)
                         a[e] *= sA[row0 + e / TN];
                     if (all_seen)
                         mt_product(a, sP + row0, BLK, sT + c0 + col0, w, BLK);
@@ -313,9 +320,9 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
         }
     }
 
-    for (int m = 0; m < FUPT; ++m) {
+    ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
         const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-        for (int j = 0; j < TN; ++j)
+        ACC_UNROLL for (int j = 0; j < TN; ++j)
             VSTORE(lpart[m * TN + j], sR + (row0 / TM) * BLK + col0 + j * VW);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -348,7 +355,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
  * mapping 2 (GPUs) one per work-group, whose teams of CD_LN lanes take a key row each, adjacent lanes
  * on adjacent float4s. */
 #define CC_DQ CASTLE_DECODE_ROWS
-#define CC_NV (CC_DMAX / CC_VK)
+#define CC_NV (DACC / CC_VK)
 /* No local memory, no barriers: a small group bounds the private state (2 CC_DQ CC_DMAX floats per
    work-item) a CPU device keeps for the whole group. */
 #define CC_DNT (CC_NT < CASTLE_DECODE_GROUP ? CC_NT : CASTLE_DECODE_GROUP)
@@ -419,7 +426,7 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
 #define CD_LN (CC_DNT < 16 ? CC_DNT : 16) /* lanes per key row */
 #define CD_TEAMS (CC_DNT / CD_LN)
 #define CD_RP 8 /* key rows per team between two barriers */
-#define CD_ACCQ ((CC_DMAX / 4 + CD_LN - 1) / CD_LN) /* quads of a row per lane */
+#define CD_ACCQ ((DACC / 4 + CD_LN - 1) / CD_LN) /* quads of a row per lane */
 #define CD_ACCT ((3 + CD_LN - 1) / CD_LN)         /* tail columns of a row per lane */
 __kernel __attribute__((reqd_work_group_size(CC_DNT, 1, 1)))
 void castle_causal_decode(const int n, const int t0, const int d, const int H, const float sc,
@@ -443,12 +450,12 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
     float m[CC_DQ], l[CC_DQ];
     float4 acc4[CC_DQ][CD_ACCQ];
     float acct[CC_DQ][CD_ACCT];
-    for (int r = 0; r < CC_DQ; ++r) {
+    ACC_UNROLL for (int r = 0; r < CC_DQ; ++r) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
-        for (int i = 0; i < CD_ACCQ; ++i)
+        ACC_UNROLL for (int i = 0; i < CD_ACCQ; ++i)
             acc4[r][i] = (float4)(0.0f);
-        for (int i = 0; i < CD_ACCT; ++i)
+        ACC_UNROLL for (int i = 0; i < CD_ACCT; ++i)
             acct[r][i] = 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -456,7 +463,7 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
         /* scores: row r sees key s when s <= t0 + r; keys past the range or the row are never read */
         for (int j = 0; j < CD_RP; ++j) {
             const int s = sb + team + CD_TEAMS * j;
-            for (int r = 0; r < CC_DQ; ++r)
+            ACC_UNROLL for (int r = 0; r < CC_DQ; ++r)
                 rx[(j * CC_DQ + r) * CC_DNT + lid] =
                     (r < n && s < s_end && s <= t0 + r) ? lane_dot(pk + (ulong)s * sc_.z, lq + r * CC_DMAX, lane, CD_LN, d) : 0.0f;
         }
@@ -466,7 +473,7 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
             if (s >= s_end)
                 break;
             __global const float *vr = pv + (ulong)s * sc_.z;
-            for (int r = 0; r < CC_DQ; ++r) {
+            ACC_UNROLL for (int r = 0; r < CC_DQ; ++r) {
                 if (r >= n || s > t0 + r)
                     continue;
                 float x = 0.0f;
@@ -477,13 +484,13 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
                 const float alpha = exp(m[r] - mn); /* 0 while m = -inf */
                 const float p = exp(x - mn);
                 l[r] = l[r] * alpha + p;
-                for (int i = 0; i < CD_ACCQ; ++i) {
+                ACC_UNROLL for (int i = 0; i < CD_ACCQ; ++i) {
                     const int qd = lane + CD_LN * i;
                     if (qd >= nq)
                         break;
                     acc4[r][i] = acc4[r][i] * alpha + p * vload4(qd, vr);
                 }
-                for (int i = 0; i < CD_ACCT; ++i) {
+                ACC_UNROLL for (int i = 0; i < CD_ACCT; ++i) {
                     const int c = 4 * nq + lane + CD_LN * i;
                     if (c >= d)
                         break;
@@ -494,23 +501,38 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the scores are read before the next pass writes them */
     }
-    /* Merge the teams, row by row, into the work-group's partial: acc = sum_j acc_j exp(m_j - M). */
+    /* Merge the teams, row by row, into the work-group's partial: acc = sum_j acc_j exp(m_j - M).
+       Row r's private values are picked by constant indices (CD_PICK), so that m, l, acc4 and acct
+       stay in registers: a loop with barriers is not unrolled. */
+#define CD_PICK(x, a, col) \
+    do { \
+        x = (a)[0] col; \
+        for (int rr = 1; rr < CC_DQ; ++rr) \
+            x = rr == r ? (a)[rr] col : x; \
+    } while (0)
     for (int r = 0; r < n; ++r) {
         if (lane == 0) {
-            tm[team] = m[r];
-            tl[team] = l[r];
+            float x;
+            CD_PICK(x, m, );
+            tm[team] = x;
+            CD_PICK(x, l, );
+            tl[team] = x;
         }
-        for (int i = 0; i < CD_ACCQ; ++i) {
+        ACC_UNROLL for (int i = 0; i < CD_ACCQ; ++i) {
             const int qd = lane + CD_LN * i;
             if (qd >= nq)
                 break;
-            vstore4(acc4[r][i], qd, tacc + team * CC_DMAX);
+            float4 x;
+            CD_PICK(x, acc4, [i]);
+            vstore4(x, qd, tacc + team * CC_DMAX);
         }
-        for (int i = 0; i < CD_ACCT; ++i) {
+        ACC_UNROLL for (int i = 0; i < CD_ACCT; ++i) {
             const int c = 4 * nq + lane + CD_LN * i;
             if (c >= d)
                 break;
-            tacc[team * CC_DMAX + c] = acct[r][i];
+            float x;
+            CD_PICK(x, acct, [i]);
+            tacc[team * CC_DMAX + c] = x;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         float mx = -INFINITY;
@@ -610,7 +632,7 @@ __attribute__((always_inline)) inline void cc_scores(vfloat *s, vfloat *g, __loc
 {
     const int lid = get_local_id(0), bw = res ? dpad : w;
     __local float *tb2 = T + bw * BLK, *ta1 = T + 2 * bw * BLK, *ta2 = ta1 + w * BLK;
-    for (int m = 0; m < FUPT; ++m) {
+    ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
         mt_zero(s + m * MT_ACC);
         mt_zero(g + m * MT_ACC);
     }
@@ -623,7 +645,7 @@ __attribute__((always_inline)) inline void cc_scores(vfloat *s, vfloat *g, __loc
         stage_tile(ta1, a1, sa1, ra, na, c0, wc, d, MT_AT);
         stage_tile(ta2, a2, sa2, ra, na, c0, wc, d, MT_AT);
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int m = 0; m < FUPT; ++m) {
+        ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             for (int c = 0; c < wc; c += DT) { /* DT terms per call: a constant trip count */
                 mt_product(s + m * MT_ACC, MT_A(ta1, row0, wc, c), T + (bc + c) * BLK + col0, BLK, DT);
@@ -700,12 +722,12 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
         }
         vfloat s[FUPT * MT_ACC], g[FUPT * MT_ACC];
         cc_scores(s, g, T, res, w1, dpad, d, pq, sq.z, pdo, sdo.z, q0, L, pk, sk.z, pv, sv.z, s0, L);
-        for (int m = 0; m < FUPT; ++m) {
+        ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-            for (int i = 0; i < TM; ++i) {
+            ACC_UNROLL for (int i = 0; i < TM; ++i) {
                 const int row = row0 + i;
                 const float lr = sLse[row], dr = sDel[row];
-                for (int j = 0; j < TN; ++j) {
+                ACC_UNROLL for (int j = 0; j < TN; ++j) {
                     const int e = m * MT_ACC + i * TN + j, c = col0 + j * VW;
                     /* key s0 + c + lane > query q0 + row: compared as a small difference, exact in float */
                     const vint masked = VISGREATER(lane, (vfloat)(float)clamp(q0 + row - s0 - c, -1, BLK));
@@ -725,7 +747,7 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
             stage_tile(R + w * BLK, pq, sq.z, q0, L, cv, w, d, false);
             barrier(CLK_LOCAL_MEM_FENCE); /* also publishes sP, sD */
             CC_FOR_SLABS(ci, c0, cv, w) {
-                for (int m = 0; m < FUPC; ++m) {
+                ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat *av = accV + (ci * FUPC + m) * MT_ACC, *ak = accK + (ci * FUPC + m) * MT_ACC;
                     if (diag) { /* key row0 + i takes the query rows kk >= row0 + i */
@@ -791,12 +813,12 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
         const int s0 = kb * BLK;
         vfloat s[FUPT * MT_ACC], g[FUPT * MT_ACC];
         cc_scores(s, g, T, res, w1, dpad, d, pk, sk.z, pv, sv.z, s0, L, pq, sq.z, pdo, sdo.z, q0, L);
-        for (int m = 0; m < FUPT; ++m) {
+        ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-            for (int j = 0; j < TN; ++j) {
+            ACC_UNROLL for (int j = 0; j < TN; ++j) {
                 const int c = col0 + j * VW;
                 const vfloat lr = VLOAD(sLse + c), dr = VLOAD(sDel + c);
-                for (int i = 0; i < TM; ++i) {
+                ACC_UNROLL for (int i = 0; i < TM; ++i) {
                     const int e = m * MT_ACC + i * TN + j;
                     /* key s0 + row0 + i > query q0 + c + lane: compared as a small difference */
                     const vint masked = VISGREATER((vfloat)(float)clamp(s0 + row0 + i - q0 - c, -1, BLK), lane);
@@ -811,7 +833,7 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
             stage_tile(R, pk, sk.z, s0, L, cv, w, d, false);
             barrier(CLK_LOCAL_MEM_FENCE); /* also publishes sD */
             CC_FOR_SLABS(ci, c0, cv, w) {
-                for (int m = 0; m < FUPC; ++m) {
+                ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat *a = acc + (ci * FUPC + m) * MT_ACC;
                     if (diag) /* row row0 + i takes the keys kk <= row0 + i */

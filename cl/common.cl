@@ -27,6 +27,29 @@
 #define STG 2           /* how work-items share a tile's copy: 1 contiguous runs (CPUs), 2 interleaved */
 #endif
 
+/* Where the kernels that keep d-wide rows in private arrays (the causal forward and backward, the
+   decodes) hold them, by the tuning's accum (ACC).  1 (CPUs): arrays for the widest head
+   (CASTLE_MAX_HEAD_DIM), indexed at run time; one program serves every d, and the slab loops stay
+   rolled (PoCL keeps the values of an unrolled loop alive across its barrier regions: 1.6x the time
+   of the causal forward's P V loop).  2 (GPUs): the host builds those families for the head-dimension
+   class of the call, CASTLE_HEAD_DIM_CLASS >= d (host/program.c), and the slab loops are unrolled
+   (ACC_UNROLL), so every index into the arrays is a constant and they stay in registers (an array
+   indexed at run time goes to the stack on GPUs: 608 bytes of it per work-item in the causal forward
+   on NVIDIA's sm_90, docs/performance.md). */
+#ifndef ACC
+#define ACC 1
+#endif
+#ifndef CASTLE_HEAD_DIM_CLASS /* CASTLE_MAX_HEAD_DIM comes from the host (causal.cl, cache.cl check) */
+#define CASTLE_HEAD_DIM_CLASS CASTLE_MAX_HEAD_DIM
+#endif
+#if ACC == 2
+#define DACC CASTLE_HEAD_DIM_CLASS /* the widest head the private arrays hold */
+#define ACC_UNROLL _Pragma("unroll")
+#else
+#define DACC CASTLE_MAX_HEAD_DIM
+#define ACC_UNROLL
+#endif
+
 #define KS (BLK + 4)    /* padded, vector-aligned row stride of a k-major BLK x DT tile (stage_tile_ks) */
 
 /* Dot products accumulate in VW-wide vectors and are summed across lanes once: explicit SIMD for

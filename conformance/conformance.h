@@ -76,6 +76,8 @@ typedef struct conf_result {
 /* Cases of op's table; whether case i is in the quick tier. */
 size_t conf_ncases(conf_op op);
 bool conf_is_quick(conf_op op, size_t i);
+/* The head dim d of case i of op's table (0 past its end). */
+size_t conf_head_dim(conf_op op, size_t i);
 
 /* Runs case i of op's table on ctx's queue.  Returns the run's status (CASTLE_SUCCESS also when the
    case failed its tolerance: see r->pass). */

@@ -89,6 +89,17 @@ bool conf_is_quick(conf_op op, size_t i)
     return fwd_case(op, i)->quick;
 }
 
+size_t conf_head_dim(conf_op op, size_t i)
+{
+    if (i >= conf_ncases(op))
+        return 0;
+    if (op == CONF_DECODE || op == CONF_DECODE_CHUNKED)
+        return decode_case(op, i)->d;
+    if (op == CONF_CAUSAL_DECODE)
+        return conf_causal_decode_cases[i].c.d;
+    return fwd_case(op, i)->c.d;
+}
+
 static double now_s(void)
 {
     struct timespec ts;

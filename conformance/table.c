@@ -60,7 +60,7 @@ const conf_fwd_case conf_backward_extra[] = {
 };
 const size_t conf_nbackward_extra = sizeof conf_backward_extra / sizeof conf_backward_extra[0];
 
-/* The UQ-KV cache: CASTLE and SWL (windows 1, 5, 100, and one past the capacity), d 1, 16, 64, three
+/* The UQ-KV cache: CASTLE and SWL (windows 1, 5, 100, and one past the capacity), d 1 to 256, three
    layouts, ragged prompts (sequences of one batch of different lengths), decoding from an empty cache,
    one token per call or chunks of 3 and 7, with and without lse. */
 const conf_dec_case conf_decode_cases[] = {
@@ -77,6 +77,8 @@ const conf_dec_case conf_decode_cases[] = {
     {1, 2, 16, 5, {32}, 1, 1, 0, H_PADDED, true, 10, false},
     {1, 2, 16, 0, {400}, 9, 3, 0, H_BHLD, true, 11, false}, /* several work-groups per sequence, chunks of 3 */
     {2, 2, 16, 3, {0, 0}, 40, 3, 5, H_BHLD, true, 21, Q}, /* from an empty cache */
+    {1, 2, 128, 0, {20}, 30, 1, 0, H_BLHD, true, 22, false}, /* wider heads: d 128 and 256 */
+    {1, 2, 256, 7, {9}, 20, 3, 0, H_BHLD, true, 23, false},
 };
 const size_t conf_ndecode_cases = sizeof conf_decode_cases / sizeof conf_decode_cases[0];
 

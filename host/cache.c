@@ -117,9 +117,9 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
     for (size_t b = 0; b < c->B; ++b)
         ragged = ragged || lengths[b] != p->L;
     cl_kernel kstore, ku = NULL;
-    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, "castle_cache_prefill_store", &kstore);
+    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, p->d, "castle_cache_prefill_store", &kstore);
     if (st == CASTLE_SUCCESS && ragged)
-        st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, "castle_cache_prefill_u", &ku);
+        st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, p->d, "castle_cache_prefill_u", &ku);
     if (st != CASTLE_SUCCESS)
         return st;
 
@@ -250,9 +250,9 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
 {
     const cl_mem *in = bufs, o = bufs[CASTLE_TENSOR_O], lse = bufs[CASTLE_TENSOR_LSE];
     cl_kernel ka, kc;
-    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, "castle_cache_decode_attend", &ka);
+    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, p->d, "castle_cache_decode_attend", &ka);
     if (st == CASTLE_SUCCESS)
-        st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, "castle_cache_decode_combine", &kc);
+        st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, p->d, "castle_cache_decode_combine", &kc);
     if (st != CASTLE_SUCCESS)
         return st;
     size_t wg[3] = {0, 0, 0}; /* DNT of cl/cache.cl, as compiled */

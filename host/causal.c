@@ -64,7 +64,7 @@ static castle_status forward_args(castle_context *ctx, const castle_problem *p, 
                                   cl_int t0, cl_mem k, cl_mem v, cl_ulong4 kstride, cl_ulong4 vstride, cl_int nsplit,
                                   cl_mem part, cl_kernel *kernel, castle_args *a)
 {
-    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_forward", kernel);
+    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, "castle_causal_forward", kernel);
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_int n = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H;
@@ -120,7 +120,7 @@ castle_status castle__causal_backward(castle_context *ctx, const castle_problem 
     castle_args args[2] = {{.n = 0}, {.n = 0}};
     castle_status st = CASTLE_SUCCESS;
     for (int i = 0; i < 2 && st == CASTLE_SUCCESS; ++i) {
-        if ((st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, names[i], &kernels[i])))
+        if ((st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, names[i], &kernels[i])))
             break;
         castle_args *a = &args[i];
         ARG(a, L);
@@ -220,12 +220,12 @@ castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, con
     castle_args a_app = {.n = 0}, a_att = {.n = 0}, a_comb = {.n = 0};
     size_t groups = p->N, partials = 1; /* attention work-groups along dim 0, partials per row */
     bool combine = false;               /* whether the partials are merged by castle_causal_combine */
-    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_append", &kapp);
+    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, "castle_causal_append", &kapp);
     if (st == CASTLE_SUCCESS && n <= CASTLE_DECODE_ROWS) {
         /* The decode kernel: CASTLE_CAUSAL_DECODE_PARTIALS per work-group (local_memory.h), one per
            work-item over >= MIN_KEYS keys once split, or one per work-group over >= 4 MIN_KEYS. */
         size_t wg = 0, per_group = 0;
-        if (!(st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_decode", &katt)) &&
+        if (!(st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, "castle_causal_decode", &katt)) &&
             !(st = group_size(ctx, katt, &wg)) &&
             (per_group = CASTLE_CAUSAL_DECODE_PARTIALS(wg, ctx->tuning.decode)) <= fit) {
             size_t split = keys / (MIN_KEYS * (per_group > 1 ? per_group : 4));
@@ -269,7 +269,7 @@ castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, con
                           &a_att);
     }
     if (st == CASTLE_SUCCESS && combine &&
-        !(st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_combine", &kcomb))) {
+        !(st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, "castle_causal_combine", &kcomb))) {
         const cl_int want_lse = bufs[CASTLE_TENSOR_LSE] != NULL, nn = (cl_int)n, P = (cl_int)partials;
         const cl_mem o = bufs[CASTLE_TENSOR_O], lse = want_lse ? bufs[CASTLE_TENSOR_LSE] : o;
         castle_args *a = &a_comb;

@@ -73,7 +73,18 @@ castle_tuning castle__family_tuning(castle_family f, const castle_tuning *t)
     return v;
 }
 
-castle_status castle__program_source(castle_family f, const castle_tuning *tuning, char **source, char **options)
+int castle__head_dim_class(castle_family f, const castle_tuning *t, size_t d)
+{
+    if (t->accum != 2 || (f != CASTLE_FAMILY_CAUSAL && f != CASTLE_FAMILY_CACHE))
+        return CASTLE_MAX_HEAD_DIM;
+    int c = 64;
+    while ((size_t)c < d && c < CASTLE_MAX_HEAD_DIM)
+        c *= 2;
+    return c;
+}
+
+castle_status castle__program_source(castle_family f, const castle_tuning *tuning, int dclass, char **source,
+                                     char **options)
 {
     const castle_tuning view = castle__family_tuning(f, tuning), *t = &view;
     *source = *options = NULL;
@@ -110,8 +121,9 @@ castle_status castle__program_source(castle_family f, const castle_tuning *tunin
             used += (size_t)snprintf(opt + used, OPT_BYTES - used, " -D%s=%u", p->macro, castle__tuning_get(t, p));
     }
     /* then the constants the kernels share with the host (defined once, in C) */
-    snprintf(opt + used, OPT_BYTES - used, " -DCASTLE_MAX_HEAD_DIM=%d -DCASTLE_DECODE_ROWS=%d -DCASTLE_DECODE_GROUP=%d",
-             CASTLE_MAX_HEAD_DIM, CASTLE_DECODE_ROWS, CASTLE_DECODE_GROUP);
+    snprintf(opt + used, OPT_BYTES - used,
+             " -DCASTLE_MAX_HEAD_DIM=%d -DCASTLE_HEAD_DIM_CLASS=%d -DCASTLE_DECODE_ROWS=%d -DCASTLE_DECODE_GROUP=%d",
+             CASTLE_MAX_HEAD_DIM, dclass, CASTLE_DECODE_ROWS, CASTLE_DECODE_GROUP);
     free(sizes);
     free(common);
     free(body);
@@ -189,11 +201,11 @@ static void to_cache(cl_program prog, const char *const *key, int nkey)
 /* The program of family f under tuning t: from the binary cache when use_cache (then *cached is
    set), else, or when that fails, built from source and stored in the cache.  Without use_cache the
    cache entry is deleted first: the caller found its binary unusable. */
-static castle_status make_program(castle_context *ctx, castle_family f, const castle_tuning *t, bool use_cache,
-                                  cl_program *out, bool *cached)
+static castle_status make_program(castle_context *ctx, castle_family f, const castle_tuning *t, int dclass,
+                                  bool use_cache, cl_program *out, bool *cached)
 {
     char *src, *opt;
-    castle_status st = castle__program_source(f, t, &src, &opt);
+    castle_status st = castle__program_source(f, t, dclass, &src, &opt);
     if (st != CASTLE_SUCCESS) {
         const char *why = castle_last_error(); /* e.g. CASTLE_CL_DIR names no readable file */
         set_log(ctx, why, strlen(why));
@@ -237,12 +249,14 @@ static castle_status make_program(castle_context *ctx, castle_family f, const ca
     return st;
 }
 
-/* Index of the program of family f under the current tuning, building it on first use. */
-static castle_status get_program(castle_context *ctx, castle_family f, int *index)
+/* Index of the program of family f under the current tuning for head dim d, building it on first
+   use. */
+static castle_status get_program(castle_context *ctx, castle_family f, size_t d, int *index)
 {
+    const int dclass = castle__head_dim_class(f, &ctx->tuning, d);
     for (int i = 0; i < ctx->num_programs; ++i) {
         const castle_program_slot *s = &ctx->programs[i];
-        if (s->family == f && !memcmp(&s->tuning, &ctx->tuning, sizeof s->tuning)) {
+        if (s->family == f && s->dclass == dclass && !memcmp(&s->tuning, &ctx->tuning, sizeof s->tuning)) {
             *index = i;
             return CASTLE_SUCCESS;
         }
@@ -251,11 +265,12 @@ static castle_status get_program(castle_context *ctx, castle_family f, int *inde
         return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "more than %d kernel programs on one context",
                             CASTLE_MAX_PROGRAMS);
     castle_program_slot *s = &ctx->programs[ctx->num_programs];
-    castle_status st = make_program(ctx, f, &ctx->tuning, true, &s->program, &s->from_cache);
+    castle_status st = make_program(ctx, f, &ctx->tuning, dclass, true, &s->program, &s->from_cache);
     if (st != CASTLE_SUCCESS)
         return st;
     s->family = f;
     s->tuning = ctx->tuning;
+    s->dclass = dclass;
     *index = ctx->num_programs++;
     return CASTLE_SUCCESS;
 }
@@ -268,7 +283,7 @@ static castle_status rebuild_from_source(castle_context *ctx, int prog)
     castle_program_slot *s = &ctx->programs[prog];
     cl_program fresh = NULL;
     bool cached = false;
-    castle_status st = make_program(ctx, s->family, &s->tuning, false, &fresh, &cached);
+    castle_status st = make_program(ctx, s->family, &s->tuning, s->dclass, false, &fresh, &cached);
     if (st != CASTLE_SUCCESS)
         return st;
     for (int i = 0; i < ctx->num_kernels; ++i)
@@ -280,10 +295,10 @@ static castle_status rebuild_from_source(castle_context *ctx, int prog)
     return CASTLE_SUCCESS;
 }
 
-static castle_status get_kernel(castle_context *ctx, castle_family f, const char *name, cl_kernel *kernel)
+static castle_status get_kernel(castle_context *ctx, castle_family f, size_t d, const char *name, cl_kernel *kernel)
 {
     int prog = 0;
-    castle_status st = get_program(ctx, f, &prog);
+    castle_status st = get_program(ctx, f, d, &prog);
     if (st != CASTLE_SUCCESS)
         return st;
     for (int i = 0; i < ctx->num_kernels; ++i)
@@ -310,10 +325,10 @@ static castle_status get_kernel(castle_context *ctx, castle_family f, const char
     return CASTLE_SUCCESS;
 }
 
-castle_status castle__get_kernel(castle_context *ctx, castle_family f, const char *name, cl_kernel *kernel)
+castle_status castle__get_kernel(castle_context *ctx, castle_family f, size_t d, const char *name, cl_kernel *kernel)
 {
     castle__ctx_lock(ctx);
-    castle_status st = get_kernel(ctx, f, name, kernel);
+    castle_status st = get_kernel(ctx, f, d, name, kernel);
     castle__ctx_unlock(ctx);
     return st;
 }

@@ -20,6 +20,7 @@ typedef enum castle_family {
 typedef struct castle_program_slot {
     castle_family family;
     castle_tuning tuning;
+    int dclass; /* castle__head_dim_class */
     cl_program program;
     bool from_cache; /* loaded from the on-disk binary cache (not yet proved by a kernel) */
 } castle_program_slot;
@@ -29,11 +30,19 @@ typedef struct castle_kernel_slot {
     cl_kernel kernel;
 } castle_kernel_slot;
 
-/* Kernel `name` (a static string) of family f under the context's current tuning; the program is
-   built (or loaded from the on-disk binary cache) on first use, the kernel created once. */
-castle_status castle__get_kernel(castle_context *ctx, castle_family f, const char *name, cl_kernel *kernel);
-/* The assembled program source and build options of family f under t (malloc'd; caller frees). */
-castle_status castle__program_source(castle_family f, const castle_tuning *t, char **source, char **options);
+/* Kernel `name` (a static string) of family f under the context's current tuning, for head dim d
+   (which selects the program's head-dimension class); the program is built (or loaded from the
+   on-disk binary cache) on first use, the kernel created once. */
+castle_status castle__get_kernel(castle_context *ctx, castle_family f, size_t d, const char *name, cl_kernel *kernel);
+/* The widest head the program of family f under t is built for, given head dim d (passed to the
+   kernels as CASTLE_HEAD_DIM_CLASS): under accum = 2 the causal and cache families keep d-wide rows
+   in registers sized by it, the smallest of 64, 128, 256 that holds d (cl/common.cl, ACC); every
+   other program serves every d (CASTLE_MAX_HEAD_DIM). */
+int castle__head_dim_class(castle_family f, const castle_tuning *t, size_t d);
+/* The assembled program source and build options of family f under t for head-dimension class
+   dclass (malloc'd; caller frees). */
+castle_status castle__program_source(castle_family f, const castle_tuning *t, int dclass, char **source,
+                                     char **options);
 /* The tuning family f's kernels run under: t, with the CASTLE backward's own work-group size and
    micro-tile rows (bthreads, btm) as threads and tm for CASTLE_FAMILY_BACKWARD. */
 castle_tuning castle__family_tuning(castle_family f, const castle_tuning *t);

@@ -70,7 +70,7 @@ static castle_status run(castle_context *ctx, castle_family family, cl_kernel ke
     static const char tname[] = "castle_transpose_blocks";
     const size_t threads = castle__family_tuning(family, &ctx->tuning).threads, local[2] = {threads, 1};
     cl_kernel tk;
-    castle_status st = castle__get_kernel(ctx, family, tname, &tk);
+    castle_status st = castle__get_kernel(ctx, family, p->d, tname, &tk);
     if (st != CASTLE_SUCCESS)
         return st;
     castle_args targs = {.n = 0};
@@ -114,7 +114,7 @@ castle_status castle__schedule_forward(castle_context *ctx, const castle_problem
     const bool folded = fold(ctx, p);
     const char *name = folded ? "castle_forward_fold" : "castle_forward_block";
     cl_kernel kernel;
-    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_FORWARD, name, &kernel);
+    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_FORWARD, p->d, name, &kernel);
     if (st != CASTLE_SUCCESS)
         return st;
     castle_args args = {.n = 0};
@@ -136,7 +136,7 @@ castle_status castle__schedule_backward(castle_context *ctx, const castle_proble
     const bool folded = fold(ctx, p);
     const char *name = folded ? "castle_backward_fold" : "castle_backward_block";
     cl_kernel kernel;
-    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_BACKWARD, name, &kernel);
+    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_BACKWARD, p->d, name, &kernel);
     if (st != CASTLE_SUCCESS)
         return st;
     castle_args args = {.n = 0};

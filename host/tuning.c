@@ -83,9 +83,11 @@ static const tuning_entry table[] = {
     {"pocl-cpu", NULL, "pthread", CL_DEVICE_TYPE_CPU, {sizeof(castle_tuning), CPU_MAPPING, .fold = 8, .prefetch = 1}},
     /* Mesa's rusticl on llvmpipe: 32 KiB of local memory, and its compiler takes minutes over the
        backward under 16-wide vectors (the CPU mapping shrunk to block 16: over 14 minutes for
-       castle-run backward at L = 150); 2 x 2 scalar tiles compile and run it in 20 s. */
+       castle-run backward at L = 150); 2 x 2 scalar tiles compile and run it in 20 s.  A CPU: its
+       d-wide rows stay in arrays (accum = 1; scalar tiles would derive the GPUs' 2). */
     {"rusticl-llvmpipe", "Mesa", "llvmpipe", CL_DEVICE_TYPE_CPU,
-     {sizeof(castle_tuning), .block = 16, .threads = 64, .dchunk = 16, .vector = 1, .tm = 2, .tn = 2, .fold = 8}},
+     {sizeof(castle_tuning), .block = 16, .threads = 64, .dchunk = 16, .vector = 1, .tm = 2, .tn = 2, .fold = 8,
+      .accum = 1}},
     {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, {sizeof(castle_tuning), CPU_MAPPING, .fold = 8}},
     {"nvidia-gpu", "NVIDIA", NULL, CL_DEVICE_TYPE_GPU, {sizeof(castle_tuning), GPU_MAPPING, .fold = 8}},
     {"amd-gpu", "Advanced Micro Devices", NULL, CL_DEVICE_TYPE_GPU, {sizeof(castle_tuning), GPU_MAPPING, .fold = 8}},
@@ -96,7 +98,7 @@ static const tuning_entry table[] = {
 size_t castle__tuning_table_size(void) { return sizeof table / sizeof table[0]; }
 
 /* What the rest of a tuning decides, whatever the device, where it is 0: decode (1 under SIMD
-   vectors, vector > 1, else 2), the backward's bthreads and btm (threads and tm), stage (decode). */
+   vectors, vector > 1, else 2), the backward's bthreads and btm (threads and tm), stage and accum (decode). */
 static void derive_rest(castle_tuning *t)
 {
     if (!t->decode && t->vector)
@@ -107,6 +109,8 @@ static void derive_rest(castle_tuning *t)
         t->btm = t->tm;
     if (!t->stage)
         t->stage = t->decode; /* both say SIMD CPU (1) or GPU (2) */
+    if (!t->accum)
+        t->accum = t->decode; /* the same */
 }
 
 const char *castle__tuning_table_entry(size_t i, castle_tuning *out)
@@ -153,7 +157,7 @@ static void resolve_tile(castle_tuning *t, const castle_device_info *info)
 
 /* Derives vector, tm and tn where they are 0 (the device's mapping, narrowed until the tile fits),
    then decode where it is 0 (1 under SIMD vectors, else 2), the backward's bthreads and btm where
-   they are 0 (threads and tm), and stage where it is 0 (decode). */
+   they are 0 (threads and tm), and stage and accum where they are 0 (decode). */
 void castle__tuning_resolve(castle_tuning *t, const castle_device_info *info)
 {
     resolve_tile(t, info);

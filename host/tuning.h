@@ -34,7 +34,7 @@ const char *castle__tuning_table_entry(size_t i, castle_tuning *out);
 bool castle__tuning_file_path(char *buf, size_t n);
 /* Replaces vector, tm and tn = 0 by the device's mapping, narrowed until the micro-tile fits the
    block, the d chunk and the threads; then decode = 0 by 1 when vector > 1, else 2, the backward's
-   bthreads, btm = 0 by threads, tm, and stage = 0 by decode. */
+   bthreads, btm = 0 by threads, tm, and stage, accum = 0 by decode. */
 void castle__tuning_resolve(castle_tuning *t, const castle_device_info *info);
 /* Checks a tuning against the rules of castle.h and the device limits. */
 castle_status castle__tuning_check(const castle_tuning *t, const castle_device_info *info);

@@ -8,6 +8,7 @@
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static inline void conformance_check(conf_op op, int i)
 {
@@ -19,6 +20,47 @@ static inline void conformance_check(conf_op op, int i)
         fprintf(stderr, "%s %s: err=%.3g tol=%.3g %s\n", conf_op_names[op], r.what, r.err, r.tol,
                 r.pass ? "PASS" : r.why);
     ck_assert_msg(st == CASTLE_SUCCESS && r.pass, "%s %s: %s", conf_op_names[op], r.what, r.why);
+}
+
+/* Under the built-in GPU entry (castle-info --table's nvidia-gpu: accum = 2, so the causal and cache
+   kernel families are built per head-dimension class, cl/common.cl), on one context, for each class
+   (d up to 64, 65 to 128, 129 to 256): the first case of ops[0..nops) whose d lies in it passes.  A
+   device whose local memory is too small for the entry says so and runs nothing. */
+static inline void conformance_head_dim_classes(const conf_op *ops, int nops)
+{
+    size_t n = 0, k = 0;
+    const char *name = NULL;
+    castle_tuning t;
+    ck_assert(castle_tuning_table_entry(0, NULL, NULL, &n) == CASTLE_SUCCESS);
+    for (; k < n; ++k)
+        if (castle_tuning_table_entry(k, &name, &t, NULL) == CASTLE_SUCCESS && !strcmp(name, "nvidia-gpu"))
+            break;
+    ck_assert_msg(k < n && t.accum == 2, "no nvidia-gpu entry with accum = 2 in the tuning table");
+    castle_context *ctx = NULL;
+    ck_assert_msg(castle_context_create_default(NULL, &ctx) == CASTLE_SUCCESS, "%s", castle_last_error());
+    const castle_status st = castle_context_set_tuning(ctx, &t);
+    if (st == CASTLE_ERR_BAD_TUNING && strstr(castle_last_error(), "local memory")) {
+        fprintf(stderr, "head-dimension classes: the GPU entry does not fit this device: %s\n", castle_last_error());
+        castle_context_destroy(ctx);
+        return;
+    }
+    ck_assert_msg(st == CASTLE_SUCCESS, "%s", castle_last_error());
+    for (size_t lo = 0, hi = 64; hi <= CASTLE_MAX_HEAD_DIM; lo = hi, hi *= 2) {
+        bool ran = false;
+        for (int o = 0; o < nops && !ran; ++o)
+            for (size_t i = 0; i < conf_ncases(ops[o]) && !ran; ++i) {
+                const size_t d = conf_head_dim(ops[o], i);
+                if (d <= lo || d > hi)
+                    continue;
+                conf_result r;
+                const castle_status rs = conf_run(ctx, ops[o], i, &r);
+                ck_assert_msg(rs == CASTLE_SUCCESS && r.pass, "class %zu: %s %s: %s", hi, conf_op_names[ops[o]], r.what,
+                              r.why);
+                ran = true;
+            }
+        ck_assert_msg(ran, "no case with %zu < d <= %zu", lo, hi);
+    }
+    castle_context_destroy(ctx);
 }
 
 /* Adds the whole table of op (the full tier) to tc as one loop test. */

@@ -22,7 +22,7 @@ import json, sys
 d = json.loads(sys.argv[1])
 assert d["pass"] is True and d["mode"] == "quick" and len(d["devices"]) == 1, d
 dev = d["devices"][0]
-assert dev["name"] and dev["vendor"] and dev["driver_version"] and dev["tuning"]["block"] > 0 and dev["tuning"]["decode"] in (1, 2) and dev["tuning"]["stage"] in (1, 2) and dev["tuning"]["prefetch"] in (0, 1), dev
+assert dev["name"] and dev["vendor"] and dev["driver_version"] and dev["tuning"]["block"] > 0 and dev["tuning"]["decode"] in (1, 2) and dev["tuning"]["stage"] in (1, 2) and dev["tuning"]["prefetch"] in (0, 1) and dev["tuning"]["accum"] in (1, 2), dev
 assert [o["op"] for o in dev["ops"]] == ["forward", "causal_decode"], dev["ops"]
 assert all(o["pass"] and o["cases"] > 0 and 0 <= o["worst_err"] <= o["tol"] for o in dev["ops"]), dev["ops"]
 ' "$json" || { echo "bad JSON: $json"; exit 1; }

@@ -2,11 +2,14 @@
 # The project's test command (README "Tests", .ci/run): configure, build, and run the suites with
 # ctest on every OpenCL implementation present, each found by its platform name (never by index):
 #   1. PoCL, POCL_DEVICES=pthread (multi-threaded CPU device): every suite;
-#   2. PoCL, POCL_DEVICES=basic (the single-threaded one): every suite that uses a device;
+#   2. PoCL, POCL_DEVICES=basic (the single-threaded one): every suite that uses a device, on the
+#      device's own tuning (the cases under other tunings, label variants, run on the first only);
 #   3. Mesa's rusticl on llvmpipe (RUSTICL_ENABLE=llvmpipe; package mesa-opencl-icd): the quick tier
 #      (every operation on small shapes, the CLI and error suites); CASTLE_RUSTICL_TIER=full for all.
 # Oclgrind, the fourth, runs inside the suites (test_oclgrind).  The suites that do not use the
-# implementation (label host: references, .npy, install, exports, Oclgrind) run once, on the first.
+# implementation (label host: references, .npy, install, exports, Oclgrind) run once, on the first,
+# and so do the test cases under tunings other than the device's entry (label variants:
+# tests/CMakeLists.txt), whose every tuning builds its own kernels (minutes each on PoCL).
 #
 # usage: bash tests/run.sh [--quick]
 #   --quick  the quick tier only (ctest label quick, about two minutes per implementation)
@@ -36,7 +39,7 @@ run_ctest() { # <what> <ctest selection args...>
 tier_args() { # <tier> <first implementation: yes|no>
     local args=()
     [ "$1" = quick ] && args+=(-L quick)
-    [ "$2" = no ] && args+=(-LE host)
+    [ "$2" = no ] && args+=(-LE 'host|variants')
     echo "${args[@]}"
 }
 

@@ -318,6 +318,15 @@ END_TEST
 START_TEST(test_conformance_decode) { conformance_check(CONF_CAUSAL_DECODE, _i); }
 END_TEST
 
+/* The GPU entry builds this family per head-dimension class: each class's programs, side by side on
+   one context, pass forward, backward and decode cases of their widths. */
+START_TEST(test_head_dim_classes)
+{
+    static const conf_op ops[][1] = {{CONF_CAUSAL_FORWARD}, {CONF_CAUSAL_BACKWARD}, {CONF_CAUSAL_DECODE}};
+    conformance_head_dim_classes(ops[_i], 1);
+}
+END_TEST
+
 /* The window is ignored (causal attention has no lookahead): bitwise the same outputs. */
 START_TEST(test_forward_window_ignored)
 {
@@ -795,6 +804,11 @@ Suite *causal_suite(void)
     tcase_add_test(tc, test_decode_long);
     tcase_add_test(tc, test_decode_out_of_order);
     tcase_add_loop_test(tc, test_decode_causality, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("classes");
+    tcase_set_tags(tc, "variants"); /* tests/CMakeLists.txt: castle_variants */
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_head_dim_classes, 0, 3);
     suite_add_tcase(s, tc);
     tc = tcase_create("api");
     tcase_add_test(tc, test_cache_api);

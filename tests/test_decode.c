@@ -260,6 +260,15 @@ END_TEST
 START_TEST(test_conformance_chunked) { conformance_check(CONF_DECODE_CHUNKED, _i); }
 END_TEST
 
+/* The GPU entry builds the cache's kernels per head-dimension class: each class's programs, side by
+   side on one context, pass a prefill + decode case of their width (one token or a chunk per call). */
+START_TEST(test_head_dim_classes)
+{
+    static const conf_op ops[] = {CONF_DECODE, CONF_DECODE_CHUNKED};
+    conformance_head_dim_classes(ops, 2);
+}
+END_TEST
+
 START_TEST(test_invariants)
 {
     const dec_case *c = &cases[_i];
@@ -731,6 +740,11 @@ Suite *decode_suite(void)
     tcase_add_test(tc, test_from_empty);
     tcase_add_test(tc, test_out_of_order_queue);
     tcase_add_loop_test(tc, test_causality, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("classes");
+    tcase_set_tags(tc, "variants"); /* tests/CMakeLists.txt: castle_variants */
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_head_dim_classes);
     suite_add_tcase(s, tc);
     tc = tcase_create("errors");
     tcase_set_timeout(tc, 300);

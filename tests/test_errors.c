@@ -1356,6 +1356,7 @@ START_TEST(test_tuning_rejected)
         {TUN_WITH(decode, 3), "decode=3", "decode=3"},
         {TUN_WITH(stage, 3), "stage=3", "stage=3"},
         {TUN_WITH(prefetch, 2), "prefetch=2", "prefetch=2"},
+        {TUN_WITH(accum, 3), "accum=3", "accum=3"},
         {tun_backward(16, 1), "bthreads=16", "bthreads=16 not a multiple of block=32"},
         {tun_backward(64, 3), "btm=3", "btm=3"},
         {tun_backward(1024, 4), "bthreads=1024", "bthreads=1024 x btm=4 not dividing block*block"},
@@ -1443,7 +1444,7 @@ END_TEST
 static const char *const bad_tuning_env[] = {"block=abc", "foo=3", "block=32;threads=64", "block",
                                              "block=4294967328", "block=-32", "block=+32", "threads=",
                                              "block=12", "threads=48", "dchunk=5", "tm=3", "tn=32", "decode=3", "btm=3",
-                                             "stage=3", "prefetch=2"};
+                                             "stage=3", "prefetch=2", "accum=3"};
 #define NTUNING_MALFORMED 8
 #define NBADTUNINGENV ((int)(sizeof bad_tuning_env / sizeof bad_tuning_env[0]))
 

@@ -227,6 +227,7 @@ Suite *forward_suite(void)
     tcase_add_test(tc, test_repeat_and_wide_window);
     suite_add_tcase(s, tc);
     tc = tcase_create("tunings");
+    tcase_set_tags(tc, "variants"); /* tests/CMakeLists.txt: castle_variants */
     /* each tuning builds its forward and backward programs cold: the CPU-shaped 2 x 2 tuning with
        prefetch took over 300 s in PoCL on a 2-core machine */
     tcase_set_timeout(tc, 900);
@@ -234,6 +235,7 @@ Suite *forward_suite(void)
     tcase_add_loop_test(tc, test_fold_equals_wavefront, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("nonfinite");
+    tcase_set_tags(tc, "variants"); /* tests/CMakeLists.txt: castle_variants */
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_nonfinite_row, 0, (int)(sizeof nan_mappings / sizeof nan_mappings[0]));
     suite_add_tcase(s, tc);

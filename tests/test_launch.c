@@ -16,7 +16,7 @@ static cl_kernel kernel; /* castle_causal_append: (int n, int t0, int d, int H, 
 static void setup(void)
 {
     ck_assert_int_eq(castle_context_create_default(NULL, &ctx), CASTLE_SUCCESS);
-    ck_assert_int_eq(castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, "castle_causal_append", &kernel), CASTLE_SUCCESS);
+    ck_assert_int_eq(castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, 64, "castle_causal_append", &kernel), CASTLE_SUCCESS);
 }
 
 static void teardown(void) { castle_context_destroy(ctx); }

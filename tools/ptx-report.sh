@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# ptx-report.sh: registers, stack frame and spills of every kernel of the library under a tuning,
+# as NVIDIA's ptxas reports them for the PTX that clang's NVPTX back end (with libclc's nvptx64
+# library) makes of the kernels' OpenCL source.  It needs no GPU: it tells whether a work-item's
+# micro-tiles and accumulators stay in registers (a private array indexed at run time shows up as a
+# stack frame; one that does not fit, as spills).  NVIDIA's own OpenCL compiler allocates registers
+# its own way, so these are a proxy for the driver's numbers, not the numbers themselves.
+#
+# usage: tools/ptx-report.sh BUILD_DIR [--tuning T] [--class C] [--arch SM] [--no-stack K1,K2,...]
+#   BUILD_DIR  a build of the library (its castle-info gives the tuning table)
+#   --tuning T a tuning in CASTLE_TUNING's syntax, every parameter given (castle-info --table's
+#              form); default: the built-in nvidia-gpu entry
+#   --class C  head-dimension class of the causal and cache programs under accum = 2 (64, 128 or
+#              256; default 64); ignored under accum = 1, where every program serves every d
+#   --arch SM  ptxas target (default sm_90)
+#   --no-stack exit 1 unless each kernel named has a stack frame of 0 bytes
+# Prints one line per kernel: family, kernel, stack bytes, spill-store bytes, registers.
+# Needs clang 15 (Debian's clang-15), libclc-15 (its nvptx64--nvidiacl.bc) and ptxas (the CUDA
+# toolkit); PTX_CLANG, PTX_LIBCLC and PTXAS name them where they are elsewhere.  The program of a
+# family is assembled as the library assembles it (host/program.c): cl/local_memory.h,
+# cl/common.cl, then the family's file, with one -D option per parameter of castle.h's
+# CASTLE_TUNING_PARAMS (the backward family under bthreads and btm as threads and tm).
+set -euo pipefail
+usage() { # [status]: 0 to stdout (--help), else to stderr
+    if [ "${1:-2}" = 0 ]; then sed -n '9,17p' "$0" | sed 's/^# \{0,1\}//'; else sed -n '9,17p' "$0" | sed 's/^# \{0,1\}//' >&2; fi
+    exit "${1:-2}"
+}
+case ${1:--h} in -h | --help) usage 0 ;; esac
+build=$1
+shift
+tuning= class=64 arch=sm_90 nostack=
+while [ $# -gt 0 ]; do
+    case $1 in
+    --tuning) tuning=${2:?}; shift 2 ;;
+    --class) class=${2:?}; shift 2 ;;
+    --arch) arch=${2:?}; shift 2 ;;
+    --no-stack) nostack=${2:?}; shift 2 ;;
+    -h | --help) usage 0 ;;
+    *) echo "ptx-report.sh: unknown option $1" >&2; usage ;;
+    esac
+done
+case $class in 64 | 128 | 256) ;; *) echo "ptx-report.sh: --class must be 64, 128 or 256" >&2; exit 2 ;; esac
+root=$(cd "$(dirname "$0")/.." && pwd)
+clang=${PTX_CLANG:-$(command -v clang-15 || echo /usr/lib/llvm-15/bin/clang)}
+clc=${PTX_LIBCLC:-/usr/lib/clc/nvptx64--nvidiacl.bc}
+ptxas=${PTXAS:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}
+for f in "$clang" "$clc" "$ptxas"; do
+    [ -e "$f" ] || { echo "ptx-report.sh: $f not found (clang-15, libclc-15 and the CUDA toolkit's ptxas)" >&2; exit 2; }
+done
+if [ -z "$tuning" ]; then
+    tuning=$("$build/tools/castle-info" --table | awk -F'\t' '$1 == "nvidia-gpu" { print $2 }')
+    [ -n "$tuning" ] || { echo "ptx-report.sh: castle-info --table lists no nvidia-gpu entry" >&2; exit 1; }
+fi
+value() { # <param>: its value in $tuning
+    tr ',' '\n' <<<"$tuning" | awk -F= -v k="$1" '$1 == k { print $2; found = 1 } END { exit !found }' ||
+        { echo "ptx-report.sh: the tuning gives no $1 (give every parameter)" >&2; exit 2; }
+}
+# the kernel macros of castle.h's list: X(field, "MACRO", ...)
+mapfile -t params < <(grep -oE 'X\([a-z]+, "[A-Z]+"' "$root/lib/include/castle/castle.h" | sed -E 's/X\(([a-z]+), "([A-Z]+)"/\1 \2/')
+[ "${#params[@]}" -ge 5 ] || { echo "ptx-report.sh: cannot read CASTLE_TUNING_PARAMS from castle.h" >&2; exit 1; }
+const() { grep -m1 -E "^#define $1 " "$2" | awk '{ print $3 }'; }
+maxd=$(const CASTLE_MAX_HEAD_DIM "$root/lib/include/castle/castle.h")
+rows=$(const CASTLE_DECODE_ROWS "$root/host/causal.h")
+group=$(const CASTLE_DECODE_GROUP "$root/host/causal.h")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+status=0
+for family in forward backward causal cache; do
+    opts=()
+    for p in "${params[@]}"; do
+        name=${p% *} macro=${p#* }
+        v=$(value "$name")
+        if [ "$family" = backward ]; then
+            [ "$name" = threads ] && v=$(value bthreads)
+            [ "$name" = tm ] && v=$(value btm)
+        fi
+        opts+=("-D$macro=$v")
+    done
+    dclass=$maxd
+    if [ "$(value accum)" = 2 ] && { [ "$family" = causal ] || [ "$family" = cache ]; }; then
+        dclass=$class
+    fi
+    cat "$root/cl/local_memory.h" "$root/cl/common.cl" "$root/cl/$family.cl" >"$work/$family.cl"
+    # OpenCL C's plain `inline` is C99's: clang may leave a call to it unresolved; the drivers inline
+    "$clang" -x cl -cl-std=CL1.2 -target nvptx64--nvidiacl -Xclang -mlink-builtin-bitcode -Xclang "$clc" \
+        -Xclang -finclude-default-header -O3 -S "-Dinline=__attribute__((always_inline)) inline" \
+        "${opts[@]}" -DCASTLE_MAX_HEAD_DIM="$maxd" -DCASTLE_HEAD_DIM_CLASS="$dclass" \
+        -DCASTLE_DECODE_ROWS="$rows" -DCASTLE_DECODE_GROUP="$group" -Wno-pass-failed \
+        -o "$work/$family.ptx" "$work/$family.cl"
+    # ptxas wants a PTX version and target it knows
+    sed -i -E "s/^\.version .*/.version 7.8/; s/^\.target .*/.target $arch/" "$work/$family.ptx"
+    "$ptxas" -arch="$arch" -v "$work/$family.ptx" -o "$work/$family.cubin" 2>"$work/$family.log"
+    awk -v fam="$family" '
+        /Compiling entry function/ { k = $0; sub(/.*function .\047?/, "", k); sub(/\047.*/, "", k) }
+        /bytes stack frame/ { st = $5; sp = $9 }
+        /Used [0-9]+ registers/ { for (i = 1; i <= NF; ++i) if ($i == "Used") r = $(i + 1);
+                                  printf "%-9s %-28s stack=%-5s spill=%-5s regs=%s\n", fam, k, st, sp, r }' \
+        "$work/$family.log" | tee -a "$work/report"
+done
+if [ -n "$nostack" ]; then
+    for k in ${nostack//,/ }; do
+        line=$(awk -v k="$k" '$2 == k' "$work/report")
+        if [ -z "$line" ]; then
+            echo "ptx-report.sh: no kernel $k" >&2
+            status=1
+        elif ! grep -q "stack=0 " <<<"$line"; then
+            echo "ptx-report.sh: $k has a stack frame: $line" >&2
+            status=1
+        fi
+    done
+fi
+exit $status
