@@ -295,9 +295,9 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
         }
         /* acc = alpha acc + P V over this key block, slab by slab of DT columns, V staged kvw
            columns at a time (sP and sA published by the first staging barrier).  Row r of the block
-           sees the keys s0 + kk, kk <= r + pos0 - s0.  The slab loop is left rolled: unrolled, PoCL
-           keeps every slab's accumulators as values that its barrier regions copy at each key block
-           (1.6x the time of this loop on the CPU mapping). */
+           sees the keys s0 + kk, kk <= r + pos0 - s0.  The slab loop is unrolled under ACC == 2 only:
+           unrolled, PoCL keeps every slab's accumulators as values that its barrier regions copy at
+           each key block (1.6x the time of this loop on the CPU mapping; common.cl, ACC). */
         const int nk = min(BLK, nkeys - s0);
         const bool all_seen = s0 + nk - 1 <= pos0; /* uniform: the block's first row sees every key */
         for (int cv = 0; cv < d; cv += kvw) {
@@ -604,8 +604,8 @@ void castle_causal_append(const int n, const int t0, const int d, const int H,
 
 /* ---- Backward ---------------------------------------------------------------------------------
  * Both kernels on the forward's micro-tiles: the two score products of a block pair, S and dP
- * (cc_scores), then the gradient products, their BLK x d accumulators in registers slab by slab of
- * DT columns (CF_NCH x FUPC micro-tiles per work-item, the slab loop left rolled as in the forward).
+ * (cc_scores), then the gradient products, their BLK x d accumulators slab by slab of DT columns
+ * (CF_NCH x FUPC micro-tiles per work-item; registers under ACC == 2, as in the forward).
  * The staging area T of CC_ST x BLK floats (as wide as four d-wide tiles where local memory allows:
  * d <= 192 on the CPU table entry, 64 on the GPU one) holds the score operands: the two B operands
  * (transposed) that stay the same for the whole work-group and the two A operands of the current

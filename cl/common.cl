@@ -134,8 +134,9 @@ inline vfloat lane_index(void)
    (mma.sync and its kin) behind the same calls.  In forward.cl and cache.cl the loops over a
    work-item's micro-tiles (m < FUPT, FUPC) and over a tile's accumulators (e < MT_ACC) carry
    #pragma unroll: left rolled, NVIDIA's compiler kept those accumulator arrays in a stack frame.
-   backward.cl's stay rolled: unrolled, PoCL took over 10 minutes to compile it under a tuning of four
-   micro-tiles per work-item (docs/performance.md). */
+   backward.cl's and causal.cl's are unrolled under ACC == 2 only (ACC_UNROLL, above): unrolled, PoCL
+   took over 10 minutes to compile the backward under a CPU tuning of four micro-tiles per work-item
+   (docs/performance.md). */
 #define MT_COLS (TN * VW)  /* columns of a micro-tile */
 #define MT_ACC (TM * TN)   /* vfloat accumulators of a micro-tile */
 #if (BLK % TM) != 0 || (BLK % MT_COLS) != 0 || (DT % MT_COLS) != 0

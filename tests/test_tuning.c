@@ -259,6 +259,10 @@ int main(void)
     tcase_add_test(tc, test_table);
     tcase_add_test(tc, test_file_ignored);
     tcase_add_test(tc, test_file_not_regular);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("tune"); /* castle-tune builds and times a candidate besides the entry */
+    tcase_set_tags(tc, "variants"); /* tests/CMakeLists.txt: castle_variants */
+    tcase_set_timeout(tc, 900);
     tcase_add_test(tc, test_tune_then_load);
     tcase_add_test(tc, test_tune_max_tiles);
     suite_add_tcase(s, tc);
