@@ -15,8 +15,11 @@ typedef enum castle_family {
     CASTLE_FAMILY_COUNT
 } castle_family;
 
-#define CASTLE_MAX_PROGRAMS 16
-#define CASTLE_MAX_KERNELS 64
+/* A tuning under accum = 2 holds up to 8 programs (forward, backward, and the causal and cache
+   families at three head-dimension classes) and fewer than 48 kernels; these bounds hold four such
+   tunings. */
+#define CASTLE_MAX_PROGRAMS 32
+#define CASTLE_MAX_KERNELS 192
 typedef struct castle_program_slot {
     castle_family family;
     castle_tuning tuning;
