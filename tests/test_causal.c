@@ -807,7 +807,7 @@ Suite *causal_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("classes");
     tcase_set_tags(tc, "variants"); /* tests/CMakeLists.txt: castle_variants */
-    tcase_set_timeout(tc, 600);
+    tcase_set_timeout(tc, 1200); /* three classes built cold, beside other suites (ctest -j) */
     tcase_add_loop_test(tc, test_head_dim_classes, 0, 3);
     suite_add_tcase(s, tc);
     tc = tcase_create("api");
