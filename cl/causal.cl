@@ -356,7 +356,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
  * on adjacent float4s. */
 #define CC_DQ CASTLE_DECODE_ROWS
 #define CC_NV (DACC / CC_VK)
-/* No local memory, no barriers: a small group bounds the private state (2 CC_DQ CC_DMAX floats per
+/* No local memory, no barriers: a small group bounds the private state (2 CC_DQ DACC floats per
    work-item) a CPU device keeps for the whole group. */
 #define CC_DNT (CC_NT < CASTLE_DECODE_GROUP ? CC_NT : CASTLE_DECODE_GROUP)
 #if DEC == 1

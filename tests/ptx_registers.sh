@@ -13,9 +13,7 @@ hot=$hot,castle_causal_backward_q,castle_causal_backward_kv,castle_causal_decode
 hot=$hot,castle_cache_prefill_u
 for class in 64 128; do
     echo "== head-dimension class $class =="
-    if [ "$class" = 128 ]; then # the key side's two accumulators just overflow 255 registers at 128
-        bash "$here/../tools/ptx-report.sh" "$1" --class "$class" --no-stack "${hot/,castle_causal_backward_kv/}"
-    else
-        bash "$here/../tools/ptx-report.sh" "$1" --class "$class" --no-stack "$hot"
-    fi
+    want=$hot
+    [ "$class" = 128 ] && want=${hot/,castle_causal_backward_kv/} # its two accumulators just overflow 255 registers
+    bash "$here/../tools/ptx-report.sh" "$1" --class "$class" --no-stack "$want"
 done

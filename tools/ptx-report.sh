@@ -22,8 +22,9 @@
 # CASTLE_TUNING_PARAMS (the backward family under bthreads and btm as threads and tm).
 set -euo pipefail
 usage() { # [status]: 0 to stdout (--help), else to stderr
-    if [ "${1:-2}" = 0 ]; then sed -n '9,17p' "$0" | sed 's/^# \{0,1\}//'; else sed -n '9,17p' "$0" | sed 's/^# \{0,1\}//' >&2; fi
-    exit "${1:-2}"
+    local status=${1:-2}
+    sed -n '9,17p' "$0" | sed 's/^# \{0,1\}//' >&$((status == 0 ? 1 : 2))
+    exit "$status"
 }
 case ${1:--h} in -h | --help) usage 0 ;; esac
 build=$1

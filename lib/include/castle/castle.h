@@ -184,8 +184,8 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
       "fail to build)")                                                                                    \
     X(accum, "ACC", 1, 2, CASTLE_TUNING_DERIVE,                                                             \
       "where the causal and decode kernels keep d-wide rows: 1 = arrays for the widest head, one program "  \
-      "for every d (CPUs); 2 = registers, a program per head-dimension class (d up to 64, 128, 256) "        \
-      "(GPUs) (0: as decode)")
+      "for every d (CPUs); 2 = registers, a program per head-dimension class (d up to 64, 128, 256), "       \
+      "and the CASTLE backward's micro-tile loops unrolled too (GPUs) (0: as decode)")
 typedef struct castle_tuning {
     size_t struct_size; /* sizeof(castle_tuning); castle_context_get_tuning sets it */
 #define CASTLE_TUNING_FIELD_(field, macro, lo, hi, flags, help) unsigned field;
