@@ -146,6 +146,39 @@ START_TEST(test_tune_then_load)
 }
 END_TEST
 
+/* Runs castle-tune with args (stdout and stderr into out); counts the candidates built and the
+   lines that start with mark and contain text.  Returns the exit status. */
+static int run_tune(const char *args, const char *mark, const char *text, int *built, int *marked, char *out,
+                    size_t n)
+{
+    char cmd[1024], line[1024];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", CASTLE_TUNE_PATH, args);
+    FILE *p = popen(cmd, "r");
+    ck_assert(p);
+    *built = *marked = 0;
+    out[0] = '\0';
+    while (fgets(line, sizeof line, p)) {
+        *built += strstr(line, " forward+backward ") != NULL && strstr(line, "(built and timed in ") != NULL;
+        *marked += !strncmp(line, mark, strlen(mark)) && strstr(line, text);
+        if (strlen(out) + strlen(line) < n)
+            strcat(out, line);
+    }
+    const int rc = pclose(p);
+    ck_assert_msg(WIFEXITED(rc), "castle-tune %s did not exit (%d)", args, rc);
+    return WEXITSTATUS(rc);
+}
+
+/* Each of castle-tune's argument lists in bad is bad usage: exit status 2. */
+static void check_bad_usage(const char *const *bad, size_t n)
+{
+    char cmd[1024];
+    for (size_t k = 0; k < n; ++k) {
+        snprintf(cmd, sizeof cmd, "'%s' %s > /dev/null 2>&1", CASTLE_TUNE_PATH, bad[k]);
+        const int r = system(cmd);
+        ck_assert_msg(WIFEXITED(r) && WEXITSTATUS(r) == 2, "castle-tune %s: status %d", bad[k], r);
+    }
+}
+
 /* --max-tiles: a candidate whose work-items would own more micro-tiles than the cap is listed as
    "over" and not built; the start is exempt.  Under --quick the search stops at the first other
    shape; from every start in the built-in table that shape is threads = block, tm = tn = 1, whose
@@ -153,28 +186,36 @@ END_TEST
    --dry-run writes nothing. */
 START_TEST(test_tune_max_tiles)
 {
-    char cmd[1024], line[1024], out[8192] = "";
-    snprintf(cmd, sizeof cmd, "'%s' --quick --max-tiles 1 --L 96 --heads 1 --repeat 1 --dry-run 2>&1", CASTLE_TUNE_PATH);
-    FILE *p = popen(cmd, "r");
-    ck_assert(p);
-    int built = 0, over = 0;
-    while (fgets(line, sizeof line, p)) {
-        built += strstr(line, " forward+backward ") != NULL && strstr(line, "(built and timed in ") != NULL;
-        over += !strncmp(line, "  over ", 7) && strstr(line, "micro-tiles per work-item (--max-tiles 1), not built");
-        if (strlen(out) + strlen(line) < sizeof out)
-            strcat(out, line);
-    }
-    const int rc = pclose(p);
-    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "castle-tune failed (%d):\n%s", rc, out);
+    char out[8192];
+    int built, over;
+    const int rc = run_tune("--quick --max-tiles 1 --L 96 --heads 1 --repeat 1 --dry-run", "  over ",
+                            "micro-tiles per work-item (--max-tiles 1), not built", &built, &over, out, sizeof out);
+    ck_assert_msg(rc == 0, "castle-tune failed (%d):\n%s", rc, out);
     ck_assert_msg(built == 1 && over == 1, "built %d, over %d:\n%s", built, over, out);
     ck_assert_msg(strstr(out, "candidates: 1 run, 0 failed, ") && strstr(out, " 1 over --max-tiles 1\n"), "%s", out);
     ck_assert_msg(!strstr(out, "written to"), "--dry-run wrote the file:\n%s", out);
     static const char *const bad[] = {"--max-tiles 0", "--max-tiles x", "--max-tiles"};
-    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; ++k) { /* bad usage: exit status 2 */
-        snprintf(cmd, sizeof cmd, "'%s' %s > /dev/null 2>&1", CASTLE_TUNE_PATH, bad[k]);
-        const int r = system(cmd);
-        ck_assert_msg(WIFEXITED(r) && WEXITSTATUS(r) == 2, "castle-tune %s: status %d", bad[k], r);
-    }
+    check_bad_usage(bad, sizeof bad / sizeof bad[0]);
+}
+END_TEST
+
+/* --budget: once the seconds are spent no candidate is started; the rest are listed as "late"
+   and the best so far (here the start, which is exempt) is verified.  With --budget 0 only the
+   start is built (under --quick the search then lists its first other shape, and on GPU entries
+   the start with the backward on the forward's shape, as late). */
+START_TEST(test_tune_budget)
+{
+    char out[8192], want[64];
+    int built, late;
+    const int rc = run_tune("--quick --budget 0 --L 96 --heads 1 --repeat 1 --dry-run", "  late ",
+                            ": --budget 0 s spent, not built", &built, &late, out, sizeof out);
+    ck_assert_msg(rc == 0, "castle-tune failed (%d):\n%s", rc, out);
+    ck_assert_msg(built == 1 && late >= 1, "built %d, late %d:\n%s", built, late, out);
+    snprintf(want, sizeof want, ", %d past --budget 0 s\n", late);
+    ck_assert_msg(strstr(out, "candidates: 1 run, 0 failed, ") && strstr(out, want), "%s", out);
+    ck_assert_msg(strstr(out, "verified against the fp64 reference"), "%s", out);
+    static const char *const bad[] = {"--budget -1", "--budget x", "--budget 1.5", "--budget"};
+    check_bad_usage(bad, sizeof bad / sizeof bad[0]);
 }
 END_TEST
 
@@ -265,6 +306,7 @@ int main(void)
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, test_tune_then_load);
     tcase_add_test(tc, test_tune_max_tiles);
+    tcase_add_test(tc, test_tune_budget);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

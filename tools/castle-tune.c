@@ -47,6 +47,8 @@ static const char usage[] =
     "  --heads N      heads (default 4)\n"
     "  --repeat N     timed runs per candidate, median taken (default 3)\n"
     "  --max-tiles N  most micro-tiles per work-item of a candidate that is built (default 16)\n"
+    "  --budget S     start no candidate after S seconds of search (0: the start alone); the ones left\n"
+    "                 are listed ('late ...'), the best so far is verified and written (default: none)\n"
     "  --file PATH    tuning file (default: $CASTLE_TUNING_FILE, else $XDG_CONFIG_HOME/castle/tuning.tsv,\n"
     "                 else ~/.config/castle/tuning.tsv)\n"
     "  --dry-run      search and verify, but do not write the file\n"
@@ -61,6 +63,7 @@ typedef struct options {
     size_t L, d, heads;
     long repeat;
     unsigned max_tiles;
+    long budget; /* seconds, -1: none */
     bool dry, quick;
 } options;
 
@@ -81,12 +84,12 @@ static bool parse_count(const char *v, unsigned long long *x)
 
 static int parse_args(int argc, char **argv, options *o)
 {
-    enum { OPT_DEVICE = 256, OPT_FILE, OPT_L, OPT_D, OPT_HEADS, OPT_REPEAT, OPT_MAX_TILES, OPT_DRY, OPT_QUICK };
+    enum { OPT_DEVICE = 256, OPT_FILE, OPT_L, OPT_D, OPT_HEADS, OPT_REPEAT, OPT_MAX_TILES, OPT_BUDGET, OPT_DRY, OPT_QUICK };
     static const struct option longopts[] = {
         {"device", required_argument, NULL, OPT_DEVICE}, {"file", required_argument, NULL, OPT_FILE},
         {"L", required_argument, NULL, OPT_L},           {"d", required_argument, NULL, OPT_D},
         {"heads", required_argument, NULL, OPT_HEADS},   {"repeat", required_argument, NULL, OPT_REPEAT},
-        {"max-tiles", required_argument, NULL, OPT_MAX_TILES},
+        {"max-tiles", required_argument, NULL, OPT_MAX_TILES}, {"budget", required_argument, NULL, OPT_BUDGET},
         {"dry-run", no_argument, NULL, OPT_DRY},         {"quick", no_argument, NULL, OPT_QUICK},
         {"help", no_argument, NULL, 'h'},                {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof *o);
@@ -95,6 +98,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->heads = 4;
     o->repeat = 3;
     o->max_tiles = 16;
+    o->budget = -1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -114,6 +118,11 @@ static int parse_args(int argc, char **argv, options *o)
             break;
         case OPT_QUICK:
             o->quick = true;
+            break;
+        case OPT_BUDGET: /* 0 allowed: the start alone */
+            if (strcmp(optarg, "0") && !parse_count(optarg, &x))
+                return bad_usage("expected a number of seconds (0 to 1000000), got", optarg);
+            o->budget = (long)x;
             break;
         case OPT_L:
         case OPT_D:
@@ -148,6 +157,8 @@ typedef struct tuner {
     castle_context *ctx; /* the device's context: buffers, queue, validity checks; runs nothing */
     castle_context *run; /* the candidate's own context (fresh per candidate: programs are released) */
     int tried, skipped, failed, over; /* over: more micro-tiles per work-item than --max-tiles */
+    int late;                         /* not started: --budget spent */
+    double start_ms;                  /* when the search began (tool_now_ms) */
     cl_context clc;
     cl_command_queue q;
     castle_attention_desc desc;
@@ -209,10 +220,14 @@ static unsigned tiles_per_item(const castle_tuning *r)
     return most;
 }
 
+/* What a candidate is subject to: --max-tiles, --budget (the start: neither). */
+enum { CAP_TILES = 1, CAP_BUDGET = 2, CAP_ALL = 3 };
+
 /* Tries t on a fresh context: returns its time, or -1 when the device rejects it (counted as
-   skipped) or it fails to build or run (listed on stderr, counted as failed), or -2 when capped and
-   its work-items would own more than --max-tiles micro-tiles (listed, counted as over, not built). */
-static double try_tuning(tuner *tu, const castle_tuning *t, bool capped)
+   skipped) or it fails to build or run (listed on stderr, counted as failed), or -2 when its work-items
+   would own more than --max-tiles micro-tiles (CAP_TILES; listed, counted as over, not built) or the
+   --budget is spent (CAP_BUDGET; listed, counted as late, not built). */
+static double try_tuning(tuner *tu, const castle_tuning *t, int caps)
 {
     char ts[256];
     castle_tuning_string(t, ts, sizeof ts);
@@ -222,10 +237,16 @@ static double try_tuning(tuner *tu, const castle_tuning *t, bool capped)
     }
     castle_tuning r = {.struct_size = sizeof r};
     const unsigned tiles = castle_context_get_tuning(tu->ctx, &r) == CASTLE_SUCCESS ? tiles_per_item(&r) : 0;
-    if (capped && tiles > tu->opt->max_tiles) {
+    if ((caps & CAP_TILES) && tiles > tu->opt->max_tiles) {
         ++tu->over;
         printf("  over %s: %u micro-tiles per work-item (--max-tiles %u), not built\n", ts, tiles,
                tu->opt->max_tiles);
+        fflush(stdout);
+        return -2;
+    }
+    if ((caps & CAP_BUDGET) && tu->opt->budget >= 0 && tool_now_ms() - tu->start_ms >= 1e3 * (double)tu->opt->budget) {
+        ++tu->late;
+        printf("  late %s: --budget %ld s spent, not built\n", ts, tu->opt->budget);
         fflush(stdout);
         return -2;
     }
@@ -250,11 +271,10 @@ static double try_tuning(tuner *tu, const castle_tuning *t, bool capped)
     return ms;
 }
 
-/* Keeps the faster of *best (time *best_ms) and t; capped: subject to --max-tiles (every candidate
-   but the start). */
-static void consider(tuner *tu, const castle_tuning *t, bool capped, castle_tuning *best, double *best_ms)
+/* Keeps the faster of *best (time *best_ms) and t; caps: what t is subject to (try_tuning). */
+static void consider(tuner *tu, const castle_tuning *t, int caps, castle_tuning *best, double *best_ms)
 {
-    const double ms = try_tuning(tu, t, capped);
+    const double ms = try_tuning(tu, t, caps);
     if (ms > 0 && (*best_ms < 0 || ms < *best_ms)) {
         /* as the library installed it (try_tuning left it on tu->ctx): the derived parameters filled in */
         castle_tuning r = {.struct_size = sizeof r};
@@ -372,7 +392,8 @@ int main(int argc, char **argv)
     printf("castle-tune: %s (driver %s), B=1 H=%zu L=%zu d=%zu, start: %s\n", name, driver, opt.heads, opt.L, opt.d,
            castle_context_tuning_name(tu.ctx));
     double best_ms = -1;
-    consider(&tu, &best, false, &best, &best_ms);
+    tu.start_ms = tool_now_ms();
+    consider(&tu, &best, 0, &best, &best_ms);
     const double start_ms = best_ms;
     const castle_tuning start_run = best; /* as installed, derived parameters filled in */
     /* Stage 1 compares the shapes with the backward following each, so a start whose backward has a
@@ -383,7 +404,7 @@ int main(int argc, char **argv)
         castle_tuning t = start_run;
         t.bthreads = t.btm = 0;
         best_ms = -1;
-        consider(&tu, &t, false, &best, &best_ms);
+        consider(&tu, &t, CAP_BUDGET, &best, &best_ms);
     }
     /* the values each parameter may take (castle.h's list), powers of two where it says so */
     enum { NPARAM = 0
@@ -415,9 +436,9 @@ int main(int argc, char **argv)
                     t.tn = tn;
                     if (th == s1.threads && v == s1.vector && tm == s1.tm && tn == s1.tn)
                         continue;
-                    if (opt.quick && (tu.tried + tu.over >= 2 + own_backward || v != (s1.vector > 1 ? 4u : 1u)))
+                    if (opt.quick && (tu.tried + tu.over + tu.late >= 2 + own_backward || v != (s1.vector > 1 ? 4u : 1u)))
                         continue;
-                    consider(&tu, &t, true, &best, &best_ms);
+                    consider(&tu, &t, CAP_ALL, &best, &best_ms);
                 }
     /* stage 2: every block x dchunk with the best shape, threads the nearest to the best that fit (within
        --max-tiles where some do) */
@@ -446,7 +467,7 @@ int main(int argc, char **argv)
                 }
             }
             if (gap != UINT_MAX)
-                consider(&tu, &pick, true, &best, &best_ms);
+                consider(&tu, &pick, CAP_ALL, &best, &best_ms);
             else
                 ++tu.skipped;
         }
@@ -459,7 +480,7 @@ int main(int argc, char **argv)
             t.bthreads = th;
             t.btm = tm;
             if (th != s3.bthreads || tm != s3.btm)
-                consider(&tu, &t, true, &best, &best_ms);
+                consider(&tu, &t, CAP_ALL, &best, &best_ms);
         }
     /* then the other staging orders (stage) under the rest of the best tuning */
     const castle_tuning s4 = best;
@@ -467,14 +488,17 @@ int main(int argc, char **argv)
         castle_tuning t = s4;
         t.stage = sg;
         if (sg != s4.stage)
-            consider(&tu, &t, true, &best, &best_ms);
+            consider(&tu, &t, CAP_ALL, &best, &best_ms);
     }
     if (start_ms > 0 && (best_ms < 0 || start_ms <= best_ms)) {
         best = start_run;
         best_ms = start_ms;
     }
-    printf("candidates: %d run, %d failed, %d not valid on this device, %d over --max-tiles %u\n", tu.tried,
+    printf("candidates: %d run, %d failed, %d not valid on this device, %d over --max-tiles %u", tu.tried,
            tu.failed, tu.skipped, tu.over, opt.max_tiles);
+    if (opt.budget >= 0)
+        printf(", %d past --budget %ld s", tu.late, opt.budget);
+    printf("\n");
     if (best_ms < 0) {
         fprintf(stderr, "castle-tune: no candidate ran on this device\n");
         rc = 1;
