@@ -170,23 +170,30 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
    at a time.  Under the tuning's decode mapping 1 (SIMD CPUs, DEC) a work-item is an iteration of a
    loop: each takes whole rows, float4 at a time.  Under mapping 2 (GPUs) work-groups of 128 to 256
    work-items (NT, raised to 128: an H200 decoded B=2 H=16 d=64 t=32768 in 1.72 ms with 64 work-items,
-   one lane to a row, against 0.81 ms with 128) give a row 4 lanes, adjacent lanes on adjacent
-   float4s (0.755 ms against 0.814 ms with 8 lanes: shorter cross-lane sums, more rows in flight).
-   The host reads DNT back from the compiled kernel.
+   one lane to a row, against 0.81 ms with 128) give a row 8 lanes, adjacent lanes on adjacent
+   float4s, and a team takes DRP = 2 rows per pass, loaded before the pass's first barrier (DPRE,
+   below).  On the H200, with those loads (one run, 2026-11-27, ms): 8 lanes x 2 rows 0.590, 4 x 2
+   0.663, 8 x 4 0.673, 16 x 8 0.815, 16 x 4 with 256 work-items 0.863; without them 4 x 2 took 0.724
+   and 4 x 4 0.722.  The host reads DNT back from the compiled kernel.  DNT, DLN, DRP and DPRE may
+   be predefined to try other shapes (docs/performance.md, "Decode shapes").
    Local memory stays below 24 KiB. */
 #if DEC == 1
 #define DNT (NT > 64 ? 64 : NT)
 #define DLN 1
 #else
+#ifndef DNT
 #define DNT (NT > 256 ? 256 : NT < 128 ? 128 : NT)
-#define DLN 4
+#endif
+#ifndef DLN
+#define DLN 8
+#endif
 #endif
 #define TEAMS (DNT / DLN)
 /* Rows a team takes per pass between two barriers: 2 where lanes share a row (GPUs), for twice the
    loads in flight; 1 on SIMD CPUs, where a work-item's rows are a loop anyway. */
 #if DEC == 1
 #define DRP 1
-#else
+#elif !defined(DRP)
 #define DRP 2
 #endif
 
@@ -199,6 +206,18 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
 #define ACCQ ((DACC / 4 + DLN - 1) / DLN) /* quads per lane (DACC: common.cl) */
 #define ACCT ((3 + DLN - 1) / DLN)        /* tail columns per lane */
 #define MB 64                             /* columns per block of the team merge */
+/* DPRE: a pass loads its rows of U, KC and VC (the quads of each lane) into registers before its
+   first barrier, with the qU rows of the gates, so that the pass waits on memory once rather than
+   once per phase (gates; scores and the update of U; the softmax over VC).  GPUs only (decode
+   mapping 2), and only while DRP ACCQ quads of each of the three fit a register budget of 8. */
+#ifndef DPRE
+#define DPRE (DEC == 2 && DRP * ACCQ <= 8)
+#endif
+#if DPRE
+#define DQUAD(arr, r, i, q, row) arr[r][i]
+#else
+#define DQUAD(arr, r, i, q, row) vload4(q, row)
+#endif
 
 /* Work-group (g, bh) owns rows [g S, g S + S) of sequence bh, cached or appended by the call, and
    takes the call's tokens i = 0 .. n-1 (position t = lens[b] + pos0 + i) one after the other: rows
@@ -255,6 +274,9 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
         const int wlo = W > 0 ? max(0, t - W) : 0; /* rows [wlo, t) take the rank-1 update */
 
         float m = -INFINITY, l = 0.0f;
+#if DPRE
+        float4 du[DRP][ACCQ], dk[DRP][ACCQ], dv[DRP][ACCQ]; /* the pass's rows: U, KC, VC */
+#endif
         float4 acc4[ACCQ];
         float acct[ACCT];
         for (int i = 0; i < ACCQ; ++i)
@@ -266,14 +288,29 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                passes of one row would give it, with DRP rows' loads in flight between barriers. */
             /* G[s,t] = sigmoid(sc qU_s . kU_t).  (The barriers are unconditional: some compilers
                mishandle barriers under a condition inside a loop, even a uniform one.) */
-            for (int r = 0; r < DRP; ++r) {
+            ACC_UNROLL for (int r = 0; r < DRP; ++r) {
                 const int s = sb + team + TEAMS * r;
                 const bool upd = s < s1 && s >= wlo && s < t;
+#if DPRE
+                if (s < s1) {
+                    __global const float *vrow = s == t ? in_vc : VC + (ulong)s * d;
+                    ACC_UNROLL for (int i = 0; i < ACCQ; ++i) {
+                        const int q = lane + DLN * i;
+                        if (q < nq) {
+                            dv[r][i] = vload4(q, vrow);
+                            if (s < t) {
+                                du[r][i] = vload4(q, U + (ulong)s * d);
+                                dk[r][i] = vload4(q, KC + (ulong)s * d);
+                            }
+                        }
+                    }
+                }
+#endif
                 __global const float *qrow = s < P ? QU + (ulong)(s % R) * d : in_qu + (ulong)(s - P) * squ.z;
                 rg[r * DNT + lid] = upd ? lane_dot(qrow, lk, lane, DLN, d) : 0.0f;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
-            for (int r = 0; r < DRP; ++r) {
+            ACC_UNROLL for (int r = 0; r < DRP; ++r) {
                 const int s = sb + team + TEAMS * r;
                 const bool valid = s < s1;
                 const bool upd = valid && s >= wlo && s < t;
@@ -294,18 +331,18 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                     __global float *urow = U + (ulong)s * d;
                     __global const float *krow = KC + (ulong)s * d;
                     float4 x4 = (float4)(0.0f), k4 = (float4)(0.0f);
-                    for (int i = 0; i < ACCQ; ++i) {
+                    ACC_UNROLL for (int i = 0; i < ACCQ; ++i) {
                         const int q = lane + DLN * i;
                         if (q >= nq)
                             break;
-                        float4 u = vload4(q, urow);
+                        float4 u = DQUAD(du, r, i, q, urow);
                         const float4 qq = vload4(q, lq);
                         if (upd) {
                             u += gate * vload4(q, lv);
                             vstore4(u, q, urow);
                         }
                         x4 += qq * u;
-                        k4 += qq * vload4(q, krow);
+                        k4 += qq * DQUAD(dk, r, i, q, krow);
                     }
                     px = (x4.x + x4.y) + (x4.z + x4.w);
                     pk = (k4.x + k4.y) + (k4.z + k4.w);
@@ -328,7 +365,7 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
             /* Two barriers per pass: each separates one buffer's writes from its reads, and the other
                barrier separates those reads from the next pass's writes. */
             barrier(CLK_LOCAL_MEM_FENCE);
-            for (int r = 0; r < DRP; ++r) {
+            ACC_UNROLL for (int r = 0; r < DRP; ++r) {
                 const int s = sb + team + TEAMS * r;
                 if (s >= s1)
                     break;
@@ -344,11 +381,11 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                 const float p = exp(a - mn);
                 l = l * alpha + p;
                 __global const float *vrow = (s == t) ? in_vc : VC + (ulong)s * d;
-                for (int i = 0; i < ACCQ; ++i) {
+                ACC_UNROLL for (int i = 0; i < ACCQ; ++i) {
                     const int q = lane + DLN * i;
                     if (q >= nq)
                         break;
-                    acc4[i] = acc4[i] * alpha + p * vload4(q, vrow);
+                    acc4[i] = acc4[i] * alpha + p * DQUAD(dv, r, i, q, vrow);
                 }
                 for (int i = 0; i < ACCT; ++i) {
                     const int c = 4 * nq + lane + DLN * i;

@@ -423,11 +423,27 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
     }
 }
 #else
-#define CD_LN (CC_DNT < 16 ? CC_DNT : 16) /* lanes per key row */
+/* Lanes per key row and key rows per team between two barriers.  On an H200 (B=2 H=16 d=64 t=32768,
+   one run, 2026-11-27, ms) 4 lanes x 2 rows took 0.303, 16 x 4 0.359, 16 x 8 0.391 (0.453 without
+   CD_PRE), 8 x 4 0.389, 8 x 8 0.433, 16 x 16 1.20 (1.00 without CD_PRE).  Wider heads take more
+   lanes, so that a lane's accumulators stay 4 quads a row (at 4 lanes a 256-wide head's would
+   spill).  Each may be predefined to try another shape (docs/performance.md, "Decode shapes"). */
+#ifndef CD_LN
+#define CD_LNW (DACC <= 64 ? 4 : DACC <= 128 ? 8 : 16)
+#define CD_LN (CC_DNT < CD_LNW ? CC_DNT : CD_LNW)
+#endif
 #define CD_TEAMS (CC_DNT / CD_LN)
-#define CD_RP 8 /* key rows per team between two barriers */
+#ifndef CD_RP
+#define CD_RP 2
+#endif
 #define CD_ACCQ ((DACC / 4 + CD_LN - 1) / CD_LN) /* quads of a row per lane */
 #define CD_ACCT ((3 + CD_LN - 1) / CD_LN)         /* tail columns of a row per lane */
+/* CD_PRE: a pass loads its value rows (the quads of each lane) into registers with its key rows,
+   before the barrier between scores and softmax, so that it waits on memory once, not twice; while
+   CD_RP CD_ACCQ quads fit a register budget of 8. */
+#ifndef CD_PRE
+#define CD_PRE (CD_RP * CD_ACCQ <= 8)
+#endif
 __kernel __attribute__((reqd_work_group_size(CC_DNT, 1, 1)))
 void castle_causal_decode(const int n, const int t0, const int d, const int H, const float sc,
                           __global const float *q, const ulong4 sq,
@@ -458,17 +474,29 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
         ACC_UNROLL for (int i = 0; i < CD_ACCT; ++i)
             acct[r][i] = 0.0f;
     }
+#if CD_PRE
+    float4 cv[CD_RP][CD_ACCQ]; /* the pass's value rows */
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int sb = s_begin; sb < s_end; sb += CD_TEAMS * CD_RP) {
         /* scores: row r sees key s when s <= t0 + r; keys past the range or the row are never read */
-        for (int j = 0; j < CD_RP; ++j) {
+        ACC_UNROLL for (int j = 0; j < CD_RP; ++j) {
             const int s = sb + team + CD_TEAMS * j;
+#if CD_PRE
+            if (s < s_end) {
+                ACC_UNROLL for (int i = 0; i < CD_ACCQ; ++i) {
+                    const int qd = lane + CD_LN * i;
+                    if (qd < nq)
+                        cv[j][i] = vload4(qd, pv + (ulong)s * sc_.z);
+                }
+            }
+#endif
             ACC_UNROLL for (int r = 0; r < CC_DQ; ++r)
                 rx[(j * CC_DQ + r) * CC_DNT + lid] =
                     (r < n && s < s_end && s <= t0 + r) ? lane_dot(pk + (ulong)s * sc_.z, lq + r * CC_DMAX, lane, CD_LN, d) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int j = 0; j < CD_RP; ++j) { /* each team's online softmax, its keys in increasing order */
+        ACC_UNROLL for (int j = 0; j < CD_RP; ++j) { /* each team's online softmax, its keys in increasing order */
             const int s = sb + team + CD_TEAMS * j;
             if (s >= s_end)
                 break;
@@ -488,7 +516,11 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
                     const int qd = lane + CD_LN * i;
                     if (qd >= nq)
                         break;
+#if CD_PRE
+                    acc4[r][i] = acc4[r][i] * alpha + p * cv[j][i];
+#else
                     acc4[r][i] = acc4[r][i] * alpha + p * vload4(qd, vr);
+#endif
                 }
                 ACC_UNROLL for (int i = 0; i < CD_ACCT; ++i) {
                     const int c = 4 * nq + lane + CD_LN * i;
