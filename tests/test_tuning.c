@@ -219,6 +219,55 @@ START_TEST(test_tune_budget)
 }
 END_TEST
 
+/* The sum over threads, vector, tm and tn of |log2(shape / start)|: castle-tune's distance. */
+static unsigned shape_distance(const unsigned *a, const unsigned *b)
+{
+    unsigned n = 0;
+    for (int k = 0; k < 4; ++k) {
+        unsigned x = a[k], y = b[k];
+        for (; x > y; x /= 2)
+            ++n;
+        for (; y > x; y /= 2)
+            ++n;
+    }
+    return n;
+}
+
+/* A full search under --budget 0 lists every candidate without building one; its first stage (the
+   shapes at the start's block and dchunk, the backward following: bthreads=0) comes nearest to the
+   start first, so a search cut short has tried the start's neighbours. */
+START_TEST(test_tune_order)
+{
+    static char out[1 << 18];
+    int built, listed;
+    const int rc = run_tune("--budget 0 --L 96 --heads 1 --repeat 1 --dry-run", "  ", " not built", &built, &listed,
+                            out, sizeof out);
+    ck_assert_msg(rc == 0 && built == 1, "castle-tune: status %d, %d built:\n%.4000s", rc, built, out);
+    unsigned start[6] = {0}, prev = 0;
+    int stage1 = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        unsigned t[6];
+        const char *at = strstr(line, "block=");
+        if (!at || sscanf(at, "block=%u,threads=%u,dchunk=%u,vector=%u,tm=%u,tn=%u", &t[0], &t[1], &t[2], &t[3],
+                          &t[4], &t[5]) != 6)
+            continue;
+        if (!start[0]) { /* the start, built and timed first */
+            ck_assert_msg(strstr(line, " forward+backward "), "first candidate not the start: %s", line);
+            memcpy(start, t, sizeof start);
+            continue;
+        }
+        if (t[0] != start[0] || t[2] != start[2] || !strstr(line, ",bthreads=0,"))
+            continue; /* stages 2 and 3 */
+        const unsigned a[4] = {t[1], t[3], t[4], t[5]}, b[4] = {start[1], start[3], start[4], start[5]};
+        const unsigned dist = shape_distance(a, b);
+        ck_assert_msg(dist >= prev, "distance %u after %u: %s", dist, prev, line);
+        prev = dist;
+        ++stage1;
+    }
+    ck_assert_msg(stage1 >= 3 && prev >= 2, "%d first-stage candidates listed, farthest %u", stage1, prev);
+}
+END_TEST
+
 /* Entries for other devices or drivers, malformed lines and entries the device cannot run are
    ignored: the context falls back to the built-in table. */
 START_TEST(test_file_ignored)
@@ -307,6 +356,7 @@ int main(void)
     tcase_add_test(tc, test_tune_then_load);
     tcase_add_test(tc, test_tune_max_tiles);
     tcase_add_test(tc, test_tune_budget);
+    tcase_add_test(tc, test_tune_order);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -21,22 +21,22 @@
 #include <sys/stat.h>
 
 static const char usage[] =
-    "usage: castle-tune [--device P:D] [--L N] [--d N] [--heads N] [--repeat N] [--max-tiles N] [--file PATH]\n"
-    "                   [--dry-run] [--quick]\n"
+    "usage: castle-tune [--device P:D] [--L N] [--d N] [--heads N] [--repeat N] [--max-tiles N] [--budget S]\n"
+    "                   [--file PATH] [--dry-run] [--quick]\n"
     "\n"
-    "Times castle_forward + castle_backward (B=1, H=heads, L, d) under candidate tunings, in three stages:\n"
-    "every valid micro-tile shape (threads x vector x tm x tn) at the starting block and dchunk, with\n"
-    "the backward on the same shape, then every block x dchunk with the best shape (threads adjusted\n"
-    "to fit), then the backward's own work-group size and micro-tile rows (bthreads x btm) and the\n"
-    "staging order (stage).  The start as it is stays a candidate; prefetch stays as the start has it\n"
-    "(it needs a compiler with __builtin_prefetch), and so do decode and accum (they shape the decode and\n"
-    "causal kernels, which are not timed here; accum also whether the backward's loops unroll).  Each\n"
-    "candidate runs on a fresh\n"
-    "library context; one the device rejects is counted as skipped, one that fails to build or run is\n"
-    "listed ('fail ...') and makes the exit status 1 (the winner is still written).  A candidate whose\n"
-    "work-items would own more than --max-tiles micro-tiles of a block's product (forward or backward)\n"
-    "is listed ('over ...') and not built: such shapes are slow to compile (64 tiles: 15 minutes on\n"
-    "PoCL) and slow to run.  Each line gives the seconds its candidate took to build and time.\n"
+    "Times castle_forward + castle_backward (B=1, H=heads, L, d) under candidate tunings, in three\n"
+    "stages: every valid micro-tile shape (threads x vector x tm x tn) at the starting block and dchunk,\n"
+    "the nearest to the start first, with the backward on the same shape, then every block x dchunk with\n"
+    "the best shape (threads adjusted to fit), then the backward's own work-group size and micro-tile\n"
+    "rows (bthreads x btm) and the staging order (stage).  The start as it is stays a candidate;\n"
+    "prefetch stays as the start has it (it needs a compiler with __builtin_prefetch), and so do decode\n"
+    "and accum (they shape the decode and causal kernels, which are not timed here; accum also whether\n"
+    "the backward's loops unroll).  Each candidate runs on a fresh library context; one the device\n"
+    "rejects is counted as skipped, one that fails to build or run is listed ('fail ...') and makes the\n"
+    "exit status 1 (the winner is still written).  A candidate whose work-items would own more than\n"
+    "--max-tiles micro-tiles of a block's product (forward or backward) is listed ('over ...') and not\n"
+    "built: such shapes are slow to compile (64 tiles: 15 minutes on PoCL) and slow to run.  Each line\n"
+    "gives the seconds its candidate took to build and time.\n"
     "The winner is checked against the fp64 reference (forward and gradients), then written to the\n"
     "tuning file as the entry for this device name and driver version (other devices' entries kept).\n"
     "\n"
@@ -283,6 +283,35 @@ static void consider(tuner *tu, const castle_tuning *t, int caps, castle_tuning 
     }
 }
 
+/* A stage-1 candidate: its tuning, its distance from the start (log2 steps summed over threads,
+   vector, tm and tn) and its place in the enumeration (the tie-break: qsort is not stable). */
+typedef struct shape_entry {
+    castle_tuning t;
+    unsigned dist;
+    size_t index;
+} shape_entry;
+
+/* |log2(a / b)| for powers of two a, b > 0 (0 when either is 0). */
+static unsigned log2_ratio(unsigned a, unsigned b)
+{
+    unsigned n = 0;
+    if (!a || !b)
+        return 0;
+    for (; a > b; a /= 2)
+        ++n;
+    for (; b > a; b /= 2)
+        ++n;
+    return n;
+}
+
+static int shape_order(const void *x, const void *y)
+{
+    const shape_entry *a = x, *b = y;
+    if (a->dist != b->dist)
+        return a->dist < b->dist ? -1 : 1;
+    return a->index < b->index ? -1 : a->index > b->index;
+}
+
 /* Writes (or replaces) this device's line in the tuning file. */
 static int write_entry(const char *path, const char *device, const char *driver, const castle_tuning *t)
 {
@@ -422,24 +451,38 @@ int main(int argc, char **argv)
                    "P_* follow the order of CASTLE_TUNING_PARAMS");
     _Static_assert(offsetof(castle_tuning, stage) - offsetof(castle_tuning, block) == P_STAGE * sizeof(unsigned),
                    "P_STAGE follows the order of CASTLE_TUNING_PARAMS");
-    /* stage 1: every micro-tile shape (threads x vector x tm x tn) at the starting block and dchunk */
+    /* stage 1: every micro-tile shape (threads x vector x tm x tn) at the starting block and dchunk,
+       the nearest to the start first (shape_order), so that a search cut short by --budget has tried
+       the start's neighbours; --quick keeps the enumeration order (its one shape: see --help) */
     const castle_tuning s1 = best;
+    enum { MAX_SHAPES = 4096 };
+    static shape_entry shapes[MAX_SHAPES];
+    size_t nshapes = 0;
     for (unsigned th = range[P_THREADS].lo; th <= range[P_THREADS].hi && th <= max_wg; th *= 2)
         for (unsigned v = range[P_VECTOR].lo; v <= range[P_VECTOR].hi; v *= 2) /* the library rejects 2 */
             for (unsigned tm = range[P_TM].lo; tm <= range[P_TM].hi; tm *= 2)
-                for (unsigned tn = range[P_TN].lo; tn <= range[P_TN].hi; tn *= 2) {
-                    castle_tuning t = s1;
-                    t.threads = th;
-                    t.vector = v;
-                    t.tm = tm;
-                    t.bthreads = t.btm = 0; /* the backward follows; stage 3 gives it its own shape */
-                    t.tn = tn;
+                for (unsigned tn = range[P_TN].lo; tn <= range[P_TN].hi && nshapes < MAX_SHAPES; tn *= 2) {
                     if (th == s1.threads && v == s1.vector && tm == s1.tm && tn == s1.tn)
                         continue;
-                    if (opt.quick && (tu.tried + tu.over + tu.late >= 2 + own_backward || v != (s1.vector > 1 ? 4u : 1u)))
-                        continue;
-                    consider(&tu, &t, CAP_ALL, &best, &best_ms);
+                    shape_entry *e = &shapes[nshapes];
+                    e->t = s1;
+                    e->t.threads = th;
+                    e->t.vector = v;
+                    e->t.tm = tm;
+                    e->t.tn = tn;
+                    e->t.bthreads = e->t.btm = 0; /* the backward follows; stage 3 gives it its own shape */
+                    e->dist = log2_ratio(th, s1.threads) + log2_ratio(v, s1.vector) + log2_ratio(tm, s1.tm) +
+                              log2_ratio(tn, s1.tn);
+                    e->index = nshapes++;
                 }
+    if (!opt.quick)
+        qsort(shapes, nshapes, sizeof shapes[0], shape_order);
+    for (size_t k = 0; k < nshapes; ++k) {
+        if (opt.quick && (tu.tried + tu.over + tu.late >= 2 + own_backward ||
+                          shapes[k].t.vector != (s1.vector > 1 ? 4u : 1u)))
+            continue;
+        consider(&tu, &shapes[k].t, CAP_ALL, &best, &best_ms);
+    }
     /* stage 2: every block x dchunk with the best shape, threads the nearest to the best that fit (within
        --max-tiles where some do) */
     const castle_tuning s2 = best;
