@@ -84,7 +84,9 @@ static bool parse_count(const char *v, unsigned long long *x)
 
 static int parse_args(int argc, char **argv, options *o)
 {
-    enum { OPT_DEVICE = 256, OPT_FILE, OPT_L, OPT_D, OPT_HEADS, OPT_REPEAT, OPT_MAX_TILES, OPT_BUDGET, OPT_DRY, OPT_QUICK };
+    enum {
+        OPT_DEVICE = 256, OPT_FILE, OPT_L, OPT_D, OPT_HEADS, OPT_REPEAT, OPT_MAX_TILES, OPT_BUDGET, OPT_DRY, OPT_QUICK
+    };
     static const struct option longopts[] = {
         {"device", required_argument, NULL, OPT_DEVICE}, {"file", required_argument, NULL, OPT_FILE},
         {"L", required_argument, NULL, OPT_L},           {"d", required_argument, NULL, OPT_D},
@@ -244,7 +246,8 @@ static double try_tuning(tuner *tu, const castle_tuning *t, int caps)
         fflush(stdout);
         return -2;
     }
-    if ((caps & CAP_BUDGET) && tu->opt->budget >= 0 && tool_now_ms() - tu->start_ms >= 1e3 * (double)tu->opt->budget) {
+    if ((caps & CAP_BUDGET) && tu->opt->budget >= 0 &&
+        tool_now_ms() - tu->start_ms >= 1e3 * (double)tu->opt->budget) {
         ++tu->late;
         printf("  late %s: --budget %ld s spent, not built\n", ts, tu->opt->budget);
         fflush(stdout);
