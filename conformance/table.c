@@ -77,6 +77,8 @@ const conf_dec_case conf_decode_cases[] = {
     {1, 2, 16, 5, {32}, 1, 1, 0, H_PADDED, true, 10, false},
     {1, 2, 16, 0, {400}, 9, 3, 0, H_BHLD, true, 11, false}, /* several work-groups per sequence, chunks of 3 */
     {2, 2, 16, 3, {0, 0}, 40, 3, 5, H_BHLD, true, 21, Q}, /* from an empty cache */
+    /* d = 33: whole float4s and a tail column per cache row (the GPU decode's register-staged rows) */
+    {2, 1, 33, 5, {20, 9}, 24, 3, 0, H_PADDED, true, 24, Q},
     {1, 2, 128, 0, {20}, 30, 1, 0, H_BLHD, true, 22, false}, /* wider heads: d 128 and 256 */
     {1, 2, 256, 7, {9}, 20, 3, 0, H_BHLD, true, 23, false},
 };
