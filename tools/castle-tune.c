@@ -458,13 +458,22 @@ int main(int argc, char **argv)
        the nearest to the start first (shape_order), so that a search cut short by --budget has tried
        the start's neighbours; --quick keeps the enumeration order (its one shape: see --help) */
     const castle_tuning s1 = best;
-    enum { MAX_SHAPES = 4096 };
-    static shape_entry shapes[MAX_SHAPES];
+    /* room for every combination of the four parameters' ranges (castle.h), so none is dropped */
+    const size_t most = (size_t)(log2_ratio(range[P_THREADS].hi, range[P_THREADS].lo) + 1) *
+                        (log2_ratio(range[P_VECTOR].hi, range[P_VECTOR].lo) + 1) *
+                        (log2_ratio(range[P_TM].hi, range[P_TM].lo) + 1) *
+                        (log2_ratio(range[P_TN].hi, range[P_TN].lo) + 1);
+    shape_entry *shapes = calloc(most, sizeof *shapes);
+    if (!shapes) {
+        fprintf(stderr, "castle-tune: out of memory listing %zu micro-tile shapes\n", most);
+        rc = 1;
+        goto done;
+    }
     size_t nshapes = 0;
     for (unsigned th = range[P_THREADS].lo; th <= range[P_THREADS].hi && th <= max_wg; th *= 2)
         for (unsigned v = range[P_VECTOR].lo; v <= range[P_VECTOR].hi; v *= 2) /* the library rejects 2 */
             for (unsigned tm = range[P_TM].lo; tm <= range[P_TM].hi; tm *= 2)
-                for (unsigned tn = range[P_TN].lo; tn <= range[P_TN].hi && nshapes < MAX_SHAPES; tn *= 2) {
+                for (unsigned tn = range[P_TN].lo; tn <= range[P_TN].hi; tn *= 2) {
                     if (th == s1.threads && v == s1.vector && tm == s1.tm && tn == s1.tn)
                         continue;
                     shape_entry *e = &shapes[nshapes];
@@ -486,6 +495,7 @@ int main(int argc, char **argv)
             continue;
         consider(&tu, &shapes[k].t, CAP_ALL, &best, &best_ms);
     }
+    free(shapes);
     /* stage 2: every block x dchunk with the best shape, threads the nearest to the best that fit (within
        --max-tiles where some do) */
     const castle_tuning s2 = best;
