@@ -209,9 +209,9 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
 /* DPRE: a pass loads its rows of U, KC and VC (the quads of each lane) into registers before its
    first barrier, with the qU rows of the gates, so that the pass waits on memory once rather than
    once per phase (gates; scores and the update of U; the softmax over VC).  GPUs only (decode
-   mapping 2), and only while DRP ACCQ quads of each of the three fit a register budget of 8. */
+   mapping 2), and only while DRP ACCQ quads of each of the three fit DEC_PRE_QUADS (common.cl). */
 #ifndef DPRE
-#define DPRE (DEC == 2 && DRP * ACCQ <= 8)
+#define DPRE (DEC == 2 && DRP * ACCQ <= DEC_PRE_QUADS)
 #endif
 #if DPRE
 #define DQUAD(arr, r, i, q, row) arr[r][i]

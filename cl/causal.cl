@@ -440,9 +440,9 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
 #define CD_ACCT ((3 + CD_LN - 1) / CD_LN)         /* tail columns of a row per lane */
 /* CD_PRE: a pass loads its value rows (the quads of each lane) into registers with its key rows,
    before the barrier between scores and softmax, so that it waits on memory once, not twice; while
-   CD_RP CD_ACCQ quads fit a register budget of 8. */
+   CD_RP CD_ACCQ quads fit DEC_PRE_QUADS (common.cl). */
 #ifndef CD_PRE
-#define CD_PRE (CD_RP * CD_ACCQ <= 8)
+#define CD_PRE (CD_RP * CD_ACCQ <= DEC_PRE_QUADS)
 #endif
 __kernel __attribute__((reqd_work_group_size(CC_DNT, 1, 1)))
 void castle_causal_decode(const int n, const int t0, const int d, const int H, const float sc,

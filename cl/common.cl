@@ -42,6 +42,9 @@
 #ifndef CASTLE_HEAD_DIM_CLASS /* CASTLE_MAX_HEAD_DIM comes from the host (causal.cl, cache.cl check) */
 #define CASTLE_HEAD_DIM_CLASS CASTLE_MAX_HEAD_DIM
 #endif
+/* The float4s of each array a GPU decode pass may load into registers before its first barrier
+   (cache.cl's DPRE, causal.cl's CD_PRE): a pass that would need more loads at use instead. */
+#define DEC_PRE_QUADS 8
 #if ACC == 2
 #define DACC CASTLE_HEAD_DIM_CLASS /* the widest head the private arrays hold */
 #define ACC_UNROLL _Pragma("unroll")
