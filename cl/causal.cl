@@ -181,10 +181,10 @@ __attribute__((always_inline)) inline void cc_product_until(vfloat *acc, __local
 /* Forward pass over query rows 0..n-1 at positions t0..t0+n-1 (keys 0..t0+n-1 in k, v).
  * Work-group (g, bh): query block nq-1-g/nsplit (the longest first), key split g % nsplit.  Per key
  * block: S^T = K Q^T on micro-tiles (Q^T staged once when d fits CC_TROWS; K staged beside it, all
- * of d at once on the usual tunings), masked and scaled into sP; the column maxima of each tile row
- * give the new running max of each query row; P^T = exp(S^T - m) back into sP (each work-item keeps
- * its columns' partial sums of l); then acc = alpha acc + P V, slab by slab of DT columns of d, V
- * staged row-major like K. */
+ * of d at once on the usual tunings, and V with it when both fit), masked and scaled; the column
+ * maxima of each tile row give each work-item the new running max of its query columns; P^T =
+ * exp(S^T - m) into sP (each work-item keeps its columns' partial sums of l); then acc = alpha acc +
+ * P V, slab by slab of DT columns of d, V staged row-major. */
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_causal_forward(const int n, const int t0, const int d, const int H, const float sc,
                            __global const float *q, const ulong4 sq,
@@ -196,7 +196,8 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
 {
     /* Q^T of the block (Qt[c * BLK + row]: all of d, or DT columns at a time), then the staging area
        of K and V: as many columns of a key block at a time as the rest of the (CC_TROWS + DT) x BLK
-       floats holds (all of d on the usual tunings: one staging step, one barrier, per operand). */
+       floats holds (all of d on the usual tunings: one staging step and one barrier for K, and V in
+       the same step when d <= 64). */
     __local float Qt[(CC_TROWS + DT) * BLK];
     __local float sP[BLK * BLK];      /* S^T, then P^T, of the current key block: sP[key * BLK + row] */
     __local float sR[CF_RG * BLK];    /* per row of micro-tiles: column maxima, at the end partial sums */
@@ -220,19 +221,35 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
     const bool qall = dpad <= CC_TROWS; /* Q^T staged once, else DT columns at a time */
     const int qw = qall ? dpad : DT;    /* columns of Qt in use */
     __local float *sT = Qt + qw * BLK;  /* the staging area: kvw columns of K or V */
-    const int kvw = (CC_TROWS + DT - qw) / DT * DT, kw = qall ? kvw : DT; /* K: as wide as the Q^T chunk */
+    const int kvw = (CC_TROWS + DT - qw) / DT * DT;
+    /* K and V of a key block staged together, in one step and behind one barrier, when both fit the
+       staging area (d up to 64 under the built-in entries): V beside K, at sV */
+    const bool kv1 = qall && 2 * dpad <= kvw;
+    const int kw = kv1 ? dpad : qall ? kvw : DT; /* K: as wide as the Q^T chunk */
+    __local float *sV = kv1 ? sT + dpad * BLK : sT;
     if (qall)
         stage_tile(Qt, pq, sq.z, 0, qrows, 0, dpad, d, true);
     if (lid < BLK)
         sM[lid] = -INFINITY;
     vfloat acc[CF_NCH * FUPC * MT_ACC]; /* slab ci, micro-tile m: acc[(ci FUPC + m) MT_ACC ..] */
     vfloat lpart[FUPT * TN];            /* partial sums of l of each owned column vector */
+    /* The query columns a work-item owns are the same TN vectors in each of its micro-tiles (NT is a
+       multiple of BLK), from colv; under ACC == 2 mrun holds their running max. */
+    const int colv = MT_COL0(lid, BLK);
+#if ACC == 2
+    vfloat mrun[TN];
+    for (int j = 0; j < TN; ++j)
+        mrun[j] = (vfloat)(-INFINITY);
+#endif
     for (int e = 0; e < CF_NCH * FUPC * MT_ACC; ++e)
         acc[e] = (vfloat)(0.0f);
     for (int e = 0; e < FUPT * TN; ++e)
         lpart[e] = (vfloat)(0.0f);
     barrier(CLK_LOCAL_MEM_FENCE);
 
+    /* Barriers per key block where d fits one staging step: K (and V) staged; K consumed; the
+       column maxima in sR; (ACC == 1: the running maxima in sM;) P^T, the rescale factors (and V)
+       published; V consumed. */
     for (int kb = kb0; kb < kb1; ++kb) {
         const int s0 = kb * BLK;
         vfloat s[FUPT * MT_ACC];
@@ -243,6 +260,8 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             if (!qall)
                 stage_tile(Qt, pq, sq.z, 0, qrows, c0, DT, d, true);
             stage_tile(sT, pk, sk.z, s0, nkeys, c0, w, d, MT_AT);
+            if (kv1)
+                stage_tile(sV, pv, sv.z, s0, nkeys, 0, dpad, d, false);
             barrier(CLK_LOCAL_MEM_FENCE);
             __local const float *qc = qall ? Qt + c0 * BLK : Qt;
             ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
@@ -252,6 +271,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
+
         /* Mask and scale (key s sees the query lanes at positions >= s), keep each tile's column
            maxima. */
         ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
@@ -270,7 +290,30 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int u = lid; u < BLK / VW; u += NT) { /* new running max and rescale factor of VW rows */
+        /* The new running max of each query column and its rescale factor alpha, from every tile
+           row's maxima in sR; then P^T = exp(S^T - m) into sP and the partial sums of l of the
+           work-item's columns.  Under ACC == 2 (GPUs, which run a group's work-items at once) each
+           work-item derives them for its own columns, in registers (mrun), and the owners of tile
+           row 0 publish them in sM and sA, with no barrier of their own; under ACC == 1 (CPUs, which
+           run the work-items one after another, so that work done by each is done NT times) the
+           owners of VW rows derive them once and publish them behind a barrier. */
+        vfloat ref[TN], alpha[TN];
+#if ACC == 2
+        ACC_UNROLL for (int j = 0; j < TN; ++j) {
+            const int cv = colv + j * VW;
+            vfloat m_new = mrun[j];
+            for (int g = 0; g < CF_RG; ++g)
+                m_new = fmax(m_new, VLOAD(sR + g * BLK + cv));
+            ref[j] = cc_finite_or_zero(m_new);
+            alpha[j] = exp(mrun[j] - ref[j]);
+            mrun[j] = m_new;
+            if (lid < BLK / MT_COLS) {
+                VSTORE(alpha[j], sA + cv);
+                VSTORE(m_new, sM + cv);
+            }
+        }
+#else
+        for (int u = lid; u < BLK / VW; u += NT) {
             const vfloat m_old = VLOAD(sM + u * VW);
             vfloat m_new = m_old;
             for (int g = 0; g < CF_RG; ++g)
@@ -279,30 +322,36 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             VSTORE(m_new, sM + u * VW);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+        for (int j = 0; j < TN; ++j) {
+            ref[j] = cc_finite_or_zero(VLOAD(sM + colv + j * VW));
+            alpha[j] = VLOAD(sA + colv + j * VW);
+        }
+#endif
         ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
-            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            const int row0 = MT_ROW0(lid + m * NT, BLK);
             ACC_UNROLL for (int j = 0; j < TN; ++j) {
-                const int cv = col0 + j * VW;
-                const vfloat ref = cc_finite_or_zero(VLOAD(sM + cv));
+                const int cv = colv + j * VW;
                 vfloat ps = (vfloat)(0.0f);
                 ACC_UNROLL for (int i = 0; i < TM; ++i) {
-                    const vfloat p = exp(s[m * MT_ACC + i * TN + j] - ref);
+                    const vfloat p = exp(s[m * MT_ACC + i * TN + j] - ref[j]);
                     ps += p;
                     VSTORE(p, sP + (row0 + i) * BLK + cv);
                 }
-                lpart[m * TN + j] = lpart[m * TN + j] * VLOAD(sA + cv) + ps;
+                lpart[m * TN + j] = lpart[m * TN + j] * alpha[j] + ps;
             }
         }
         /* acc = alpha acc + P V over this key block, slab by slab of DT columns, V staged kvw
-           columns at a time (sP and sA published by the first staging barrier).  Row r of the block
-           sees the keys s0 + kk, kk <= r + pos0 - s0.  The slab loop is unrolled under ACC == 2 only:
-           unrolled, PoCL keeps every slab's accumulators as values that its barrier regions copy at
-           each key block (1.6x the time of this loop on the CPU mapping; common.cl, ACC). */
+           columns at a time unless it came with K (sP and sA published by the first staging
+           barrier).  Row r of the block sees the keys s0 + kk, kk <= r + pos0 - s0.  The slab loop is
+           unrolled under ACC == 2 only: unrolled, PoCL keeps every slab's accumulators as values that
+           its barrier regions copy at each key block (1.6x the time of this loop on the CPU mapping;
+           common.cl, ACC). */
         const int nk = min(BLK, nkeys - s0);
         const bool all_seen = s0 + nk - 1 <= pos0; /* uniform: the block's first row sees every key */
         for (int cv = 0; cv < d; cv += kvw) {
             const int w = min(kvw, dpad - cv);
-            stage_tile(sT, pv, sv.z, s0, nkeys, cv, w, d, false);
+            if (!kv1)
+                stage_tile(sT, pv, sv.z, s0, nkeys, cv, w, d, false);
             barrier(CLK_LOCAL_MEM_FENCE);
             CC_FOR_SLABS(ci, c0, cv, w) {
                 ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
@@ -311,9 +360,9 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
                     ACC_UNROLL for (int e = 0; e < MT_ACC; ++e)
                         a[e] *= sA[row0 + e / TN];
                     if (all_seen)
-                        mt_product(a, sP + row0, BLK, sT + c0 + col0, w, BLK);
+                        mt_product(a, sP + row0, BLK, sV + c0 + col0, w, BLK);
                     else
-                        cc_product_until(a, sP + row0, BLK, sT + c0 + col0, w, row0 + pos0 - s0);
+                        cc_product_until(a, sP + row0, BLK, sV + c0 + col0, w, row0 + pos0 - s0);
                 }
             }
             barrier(CLK_LOCAL_MEM_FENCE);
