@@ -23,6 +23,8 @@ struct castle_context {
     castle_kernel_slot kernels[CASTLE_MAX_KERNELS];
     int num_kernels;
     struct castle_log *logs; /* build logs, newest first; kept until destroy (see castle_build_log) */
+    castle_launch_observer observer; /* castle_context_set_launch_observer, or NULL */
+    void *observer_user;
 };
 
 /* One compiler log.  Logs are never freed before the context, so the pointer castle_build_log

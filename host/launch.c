@@ -87,16 +87,24 @@ castle_status castle__launch(castle_chain *ch, bool last, castle_context *ctx, c
                             name, CASTLE_MAX_ARGS, CASTLE_MAX_ARG_BYTES);
     cl_uint n;
     const cl_event *list;
-    cl_event *evp, ev;
+    cl_event *evp, ev, own = NULL; /* own: an event made for the observer alone */
     castle__chain_next(ch, last, &n, &list, &evp, &ev);
     castle__ctx_lock(ctx);
+    const castle_launch_observer observer = ctx->observer;
+    void *const user = ctx->observer_user;
     cl_int err = CL_SUCCESS;
     cl_uint i = 0;
     while (i < args->n && (err = clSetKernelArg(kernel, i, args->size[i], args->value[i])) == CL_SUCCESS)
         ++i;
     if (err == CL_SUCCESS)
-        err = clEnqueueNDRangeKernel(ch->queue, kernel, 2, NULL, global, local, n, list, evp);
+        err = clEnqueueNDRangeKernel(ch->queue, kernel, 2, NULL, global, local, n, list,
+                                     evp || !observer ? evp : &own);
     castle__ctx_unlock(ctx);
+    if (err == CL_SUCCESS && observer && (evp ? ev : own))
+        observer(user, name, evp ? ev : own, local ? (global[0] / local[0]) * (global[1] / local[1]) : 0,
+                 local ? local[0] * local[1] : 0);
+    if (own)
+        clReleaseEvent(own);
     char what[160];
     if (i < args->n)
         snprintf(what, sizeof what, "clSetKernelArg(%s, argument %u)", name, (unsigned)i);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # castle-bench end to end on small sizes: one line per (op, impl, size) in the documented format,
-# the gemm line, valid JSON with --json, decode's GB/s against the byte model, --ragged, exit 2 on bad
-# usage.
+# the gemm line, valid JSON with --json, decode's GB/s against the byte model, --ragged, --profile's
+# launch counts and shares, exit 2 on bad usage.  castle-info is taken from castle-bench's folder.
 # usage: bench_smoke.sh <castle-bench>
 set -euo pipefail
 bench=$1
@@ -30,6 +30,35 @@ for x in d:
 n=$("$bench" --ops prefill --ragged --impls castle,causal --L 64 --batch 2 --heads 1 --repeat 1 --gemm 0 |
     grep -cE '^op=(prefill_ragged impl=castle|prefill impl=causal) B=2 H=1 L=64 ')
 [ "$n" = 2 ] || { echo "expected a prefill_ragged and a causal prefill line, found $n"; exit 1; }
+# --profile: the device's own tuning unfolded (fold is no kernel option: the same programs) at
+# L = 4 blocks: the forward is one transposition and 4 diagonals of 4 + 3 + 2 + 1 block pairs per
+# head; the kernels' device times and the gaps add up to the span
+tuning=$("$(dirname "$bench")/castle-info" | sed -n 's/^ *tuning: [a-z-]* (\(.*\))$/\1/p')
+block=$(tr ',' '\n' <<<"$tuning" | sed -n 's/^block=//p')
+[ -n "$block" ] || { echo "castle-info prints no tuning with a block"; exit 1; }
+prof=$(CASTLE_TUNING=$(sed 's/fold=[0-9]*/fold=0/' <<<"$tuning") \
+    "$bench" --ops forward,backward --impls castle,causal --L $((4 * block)) --heads 2 --repeat 1 --gemm 0 --profile)
+echo "$prof"
+python3 -c '
+import re, sys
+lines = [l for l in sys.argv[1].splitlines() if l.startswith("profile ")]
+runs = {}
+for l in lines:
+    f = dict(kv.split("=", 1) for kv in l.split()[1:])
+    runs.setdefault((f["op"], f["impl"]), []).append(f)
+assert set(runs) == {("forward", "castle"), ("backward", "castle"), ("forward", "causal"), ("backward", "causal")}, runs
+fwd = {f["kernel"]: f for f in runs[("forward", "castle")]}
+assert fwd["castle_transpose_blocks"]["launches"] == "1", fwd
+assert (fwd["castle_forward_block"]["launches"], fwd["castle_forward_block"]["groups"]) == ("4", "20"), fwd
+assert runs[("forward", "causal")][0]["kernel"] == "castle_causal_forward", runs
+for key, fs in runs.items():
+    assert fs[-1]["kernel"] == "(gaps)" and all(f["kernel"] != "(gaps)" for f in fs[:-1]), fs
+    if "share" in fs[0]:
+        total = sum(float(f["share"]) for f in fs)
+        assert abs(total - 1) < 0.01, (key, total)' "$prof" || { echo "bad --profile lines"; exit 1; }
+json=$("$bench" --ops forward --impls causal --L 64 --heads 1 --repeat 1 --gemm 0 --json --profile)
+python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert len(d)==3 and "kernel" not in d[0] and [x["kernel"] for x in d[1:]]==["castle_causal_forward","(gaps)"]' "$json" ||
+    { echo "bad --profile JSON: $json"; exit 1; }
 if "$bench" --ops sideways >/dev/null 2>&1; then echo "bad --ops accepted"; exit 1; fi
 rc=0; "$bench" --ops sideways >/dev/null 2>&1 || rc=$?
 [ "$rc" = 2 ] || { echo "bad usage exit status $rc, expected 2"; exit 1; }

@@ -1,12 +1,15 @@
 /* The launch helper (host/launch.c), tested directly against the static library: a kernel argument
  * the driver refuses and an enqueue the driver refuses each come back as the driver's own OpenCL
  * code (never several codes OR-ed together) with a message naming the kernel and the step, and an
- * argument list that overflows is refused before the driver sees it.  Device: CASTLE_DEVICE. */
+ * argument list that overflows is refused before the driver sees it.  The launch observer
+ * (castle_context_set_launch_observer) sees every kernel launch once, with its name, a live event
+ * and its work-groups, changes no result, and is removed by NULL.  Device: CASTLE_DEVICE. */
 #include "context.h"
 #include "launch.h"
 #include "program.h"
 
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,6 +97,76 @@ START_TEST(test_too_many_arguments)
 }
 END_TEST
 
+/* What the observer saw. */
+typedef struct seen {
+    int launches, bad_events;
+    char first[64];
+    size_t groups, group_size;
+} seen;
+
+static void observe(void *user, const char *name, cl_event ev, size_t groups, size_t group_size)
+{
+    seen *s = user;
+    cl_command_type type = 0;
+    if (!ev || clGetEventInfo(ev, CL_EVENT_COMMAND_TYPE, sizeof type, &type, NULL) != CL_SUCCESS ||
+        type != CL_COMMAND_NDRANGE_KERNEL)
+        ++s->bad_events;
+    if (!s->launches++) {
+        snprintf(s->first, sizeof s->first, "%s", name);
+        s->groups = groups;
+        s->group_size = group_size;
+    }
+}
+
+/* castle_causal_forward (one launch) on q = k = v = 1..n/100, B = 1, H = 2, L = 40, d = 8; o into out. */
+static void causal_forward(float *out, size_t n)
+{
+    castle_attention_desc desc;
+    ck_assert_int_eq(castle_attention_desc_init(&desc, 1, 2, 40, 8), CASTLE_SUCCESS);
+    ck_assert_uint_eq(n, 2 * 40 * 8);
+    float *x = malloc(n * sizeof *x);
+    ck_assert_ptr_nonnull(x);
+    for (size_t i = 0; i < n; ++i)
+        x[i] = (float)(i % 97) / 100.0f;
+    cl_int err;
+    cl_context c = castle_context_cl_context(ctx);
+    cl_mem in = clCreateBuffer(c, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * sizeof *x, x, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    cl_mem o = clCreateBuffer(c, CL_MEM_WRITE_ONLY, n * sizeof *x, NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    cl_mem lse = clCreateBuffer(c, CL_MEM_WRITE_ONLY, 2 * 40 * sizeof *x, NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    cl_command_queue q = castle_context_queue(ctx);
+    ck_assert_int_eq(castle_causal_forward(ctx, &desc, in, in, in, o, lse, q, 0, NULL, NULL), CASTLE_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(q, o, CL_TRUE, 0, n * sizeof *out, out, 0, NULL, NULL), CL_SUCCESS);
+    clReleaseMemObject(in);
+    clReleaseMemObject(o);
+    clReleaseMemObject(lse);
+    free(x);
+}
+
+START_TEST(test_observer)
+{
+    enum { N = 2 * 40 * 8 };
+    static float plain[N], observed[N], after[N];
+    causal_forward(plain, N);
+    seen s = {0};
+    ck_assert_int_eq(castle_context_set_launch_observer(NULL, observe, &s), CASTLE_ERR_NULL_CONTEXT);
+    ck_assert_int_eq(castle_context_set_launch_observer(ctx, observe, &s), CASTLE_SUCCESS);
+    causal_forward(observed, N);
+    ck_assert_int_eq(s.launches, 1);
+    ck_assert_int_eq(s.bad_events, 0);
+    ck_assert_str_eq(s.first, "castle_causal_forward");
+    ck_assert_uint_gt(s.group_size, 0);
+    ck_assert_uint_eq(s.groups % 2, 0); /* dimension 1: batch x heads */
+    ck_assert_int_eq(castle_context_set_launch_observer(ctx, NULL, &s), CASTLE_SUCCESS);
+    causal_forward(after, N);
+    ck_assert_int_eq(s.launches, 1);
+    ck_assert_mem_eq(plain, observed, sizeof plain);
+    ck_assert_mem_eq(plain, after, sizeof plain);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("launch");
@@ -103,6 +176,7 @@ int main(void)
     tcase_add_test(tc, test_refused_argument);
     tcase_add_test(tc, test_refused_enqueue);
     tcase_add_test(tc, test_too_many_arguments);
+    tcase_add_test(tc, test_observer);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

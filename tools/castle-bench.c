@@ -46,6 +46,12 @@ static const char usage[] =
     "                     batch entry b, at least 1): the library's path for ragged prompts, which computes\n"
     "                     the cache's lookahead keys by a gated pass instead of taking the forward's;\n"
     "                     reported as op=prefill_ragged\n"
+    "  --profile          after each measurement, one more run with every kernel launch timed (the\n"
+    "                     library's launch observer): a line per kernel, in order of first launch,\n"
+    "                     with its launches, work-groups, summed device time, longest launch and share\n"
+    "                     of the run's span (first launch's start to last launch's end), then\n"
+    "                     kernel=(gaps): the part of the span in which no kernel ran (launch gaps,\n"
+    "                     copies); under --json, objects with a \"kernel\" key\n"
     "  --json             print the measurements as one JSON array instead of lines\n"
     "  -h, --help         this text\n"
     "\n"
@@ -54,6 +60,9 @@ static const char usage[] =
     "and head at cache length t, 4 x 2 t d for causal (K, V read) and 4 x 5 t d for CASTLE (U read and\n"
     "written, qU, kC, vC read; CASTLE-SWL: U written and qU read only for the last W rows))\n"
     "(clock=device: OpenCL profiling times; clock=host: wall clock to clFinish, where the device gives none)\n"
+    "--profile lines look like: profile op=forward impl=castle B=1 H=8 L=2048 d=64 W=0\n"
+    "kernel=castle_forward_block launches=32 groups=4224 ms=11.2 max_ms=0.9 share=0.95 (without the\n"
+    "times where the device gives none)\n"
     "exit status: 0 success, 1 library or device failure, 2 bad usage\n";
 
 enum { OP_FORWARD, OP_BACKWARD, OP_PREFILL, OP_DECODE, NOPS };
@@ -68,7 +77,7 @@ typedef struct options {
     int nL, nt;
     size_t d, batch, heads, gemm;
     long window, repeat;
-    bool json, ragged;
+    bool json, ragged, profile;
 } options;
 
 static int fail_usage(const char *msg, const char *arg)
@@ -137,7 +146,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->gemm = 1024;
     o->window = 512;
     o->repeat = 5;
-    enum { O_DEVICE = 256, O_OPS, O_IMPLS, O_L, O_T, O_D, O_BATCH, O_HEADS, O_WINDOW, O_REPEAT, O_GEMM, O_JSON, O_RAGGED };
+    enum { O_DEVICE = 256, O_OPS, O_IMPLS, O_L, O_T, O_D, O_BATCH, O_HEADS, O_WINDOW, O_REPEAT, O_GEMM, O_JSON, O_RAGGED, O_PROFILE };
     static const struct option longopts[] = {
         {"device", required_argument, NULL, O_DEVICE}, {"ops", required_argument, NULL, O_OPS},
         {"impls", required_argument, NULL, O_IMPLS},   {"L", required_argument, NULL, O_L},
@@ -145,7 +154,7 @@ static int parse_args(int argc, char **argv, options *o)
         {"batch", required_argument, NULL, O_BATCH},   {"heads", required_argument, NULL, O_HEADS},
         {"window", required_argument, NULL, O_WINDOW}, {"repeat", required_argument, NULL, O_REPEAT},
         {"gemm", required_argument, NULL, O_GEMM},     {"json", no_argument, NULL, O_JSON},
-        {"ragged", no_argument, NULL, O_RAGGED},
+        {"ragged", no_argument, NULL, O_RAGGED},       {"profile", no_argument, NULL, O_PROFILE},
         {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0}};
     opterr = 0;
     int c;
@@ -162,6 +171,9 @@ static int parse_args(int argc, char **argv, options *o)
             break;
         case O_RAGGED:
             o->ragged = true;
+            break;
+        case O_PROFILE:
+            o->profile = true;
             break;
         case O_DEVICE:
             if (castle_parse_device_spec(v, &unused, &unused) != CASTLE_SUCCESS)
@@ -274,6 +286,152 @@ static void report_gemm(bench *bn, size_t n, const tool_timing *t)
         printf("op=gemm impl=clblast n=%zu median_ms=%.4f gflops=%.3f clock=%s\n", n, ms, gflops, t->clock);
     fflush(stdout);
     ++bn->printed;
+}
+
+/* ---- --profile: one more run, every launch timed ---------------------------------------------- */
+
+typedef struct launch_rec {
+    const char *kernel; /* the library's static name */
+    cl_event ev;
+    size_t groups;
+} launch_rec;
+typedef struct profile {
+    launch_rec *v;
+    size_t n, cap;
+    bool lost; /* a launch could not be recorded (out of memory) */
+} profile;
+
+/* The launch observer (castle_context_set_launch_observer): keeps every launch's event. */
+static void observe(void *user, const char *kernel, cl_event ev, size_t groups, size_t group_size)
+{
+    profile *p = user;
+    (void)group_size;
+    if (p->n == p->cap) {
+        const size_t cap = p->cap ? 2 * p->cap : 256;
+        launch_rec *v = realloc(p->v, cap * sizeof *v);
+        if (!v) {
+            p->lost = true;
+            return;
+        }
+        p->v = v;
+        p->cap = cap;
+    }
+    if (clRetainEvent(ev) != CL_SUCCESS) {
+        p->lost = true;
+        return;
+    }
+    p->v[p->n++] = (launch_rec){kernel, ev, groups};
+}
+
+static int cmp_interval(const void *a, const void *b)
+{
+    const cl_ulong *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* One profile line (kernel NULL: the gaps). */
+static void print_profile(bench *bn, const char *op, const char *impl, size_t L, long W, const char *kernel,
+                          size_t launches, size_t groups, double ms, double max_ms, double span)
+{
+    const options *o = bn->opt;
+    const char *dim = strcmp(op, "decode") ? "L" : "t", *name = kernel ? kernel : "(gaps)";
+    if (o->json) {
+        printf("%s\n  {\"op\": \"%s\", \"impl\": \"%s\", \"B\": %zu, \"H\": %zu, \"%s\": %zu, \"d\": %zu, "
+               "\"W\": %ld, \"kernel\": \"%s\", \"launches\": %zu, \"groups\": %zu",
+               bn->printed ? "," : "[", op, impl, o->batch, o->heads, dim, L, o->d, W, name, launches, groups);
+        if (span > 0)
+            printf(", \"ms\": %.4f, \"max_ms\": %.4f, \"share\": %.4f", ms, max_ms, ms / span);
+        printf("}");
+    } else {
+        printf("profile op=%s impl=%s B=%zu H=%zu %s=%zu d=%zu W=%ld kernel=%s launches=%zu groups=%zu", op, impl,
+               o->batch, o->heads, dim, L, o->d, W, name, launches, groups);
+        if (span > 0)
+            printf(" ms=%.4f max_ms=%.4f share=%.4f", ms, max_ms, ms / span);
+        printf("\n");
+    }
+    fflush(stdout);
+    ++bn->printed;
+}
+
+/* Runs fn once more with the launch observer on and prints where the run's device time went. */
+static castle_status profile_run(bench *bn, run_fn fn, void *state, const char *op, const char *impl, size_t L,
+                                 long W)
+{
+    profile p = {0};
+    castle_status st = castle_context_set_launch_observer(bn->ctx, observe, &p);
+    cl_event end = NULL;
+    if (!st)
+        st = fn(state, NULL, &end);
+    castle_context_set_launch_observer(bn->ctx, NULL, NULL);
+    if (!st)
+        st = (castle_status)clFinish(bn->q);
+    if (end)
+        clReleaseEvent(end);
+    cl_ulong(*iv)[2] = p.n ? malloc(p.n * sizeof *iv) : NULL;
+    if (!st && (p.lost || (p.n && !iv)))
+        st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
+    bool timed = !st;
+    for (size_t i = 0; i < p.n && timed; ++i)
+        timed = clGetEventProfilingInfo(p.v[i].ev, CL_PROFILING_COMMAND_START, sizeof iv[i][0], &iv[i][0], NULL) ==
+                    CL_SUCCESS &&
+                clGetEventProfilingInfo(p.v[i].ev, CL_PROFILING_COMMAND_END, sizeof iv[i][1], &iv[i][1], NULL) ==
+                    CL_SUCCESS &&
+                iv[i][0] > 0 && iv[i][1] >= iv[i][0];
+    double span = 0.0, busy = 0.0;
+    if (timed && p.n) { /* the span, and the union of the launches' intervals within it */
+        cl_ulong(*sorted)[2] = malloc(p.n * sizeof *sorted);
+        if (!sorted) {
+            st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
+        } else {
+            memcpy(sorted, iv, p.n * sizeof *sorted);
+            qsort(sorted, p.n, sizeof *sorted, cmp_interval);
+            cl_ulong lo = sorted[0][0], hi = sorted[0][1], last = sorted[0][1];
+            for (size_t i = 1; i < p.n; ++i) {
+                if (sorted[i][0] > hi) {
+                    busy += (double)(hi - lo) * 1e-6;
+                    lo = sorted[i][0];
+                    hi = sorted[i][1];
+                } else if (sorted[i][1] > hi) {
+                    hi = sorted[i][1];
+                }
+                if (sorted[i][1] > last)
+                    last = sorted[i][1];
+            }
+            busy += (double)(hi - lo) * 1e-6;
+            span = (double)(last - sorted[0][0]) * 1e-6;
+            free(sorted);
+        }
+    }
+    if (span <= 0.0)
+        timed = false;
+    for (size_t i = 0; i < p.n && !st; ++i) { /* one line per kernel, in order of first launch */
+        bool seen = false;
+        for (size_t k = 0; k < i && !seen; ++k)
+            seen = !strcmp(p.v[k].kernel, p.v[i].kernel);
+        if (seen)
+            continue;
+        size_t launches = 0, groups = 0;
+        double ms = 0.0, max_ms = 0.0;
+        for (size_t k = i; k < p.n; ++k) {
+            if (strcmp(p.v[k].kernel, p.v[i].kernel))
+                continue;
+            ++launches;
+            groups += p.v[k].groups;
+            if (timed) {
+                const double t = (double)(iv[k][1] - iv[k][0]) * 1e-6;
+                ms += t;
+                max_ms = t > max_ms ? t : max_ms;
+            }
+        }
+        print_profile(bn, op, impl, L, W, p.v[i].kernel, launches, groups, ms, max_ms, timed ? span : 0.0);
+    }
+    if (!st)
+        print_profile(bn, op, impl, L, W, NULL, 0, 0, span - busy, 0.0, timed ? span : 0.0);
+    for (size_t i = 0; i < p.n; ++i)
+        clReleaseEvent(p.v[i].ev);
+    free(p.v);
+    free(iv);
+    return st;
 }
 
 /* ---- the problems --------------------------------------------------------------------------- */
@@ -492,6 +650,9 @@ static int bench_training(bench *bn, int op, int impl, size_t L)
     if (!st)
         report(bn, ragged ? "prefill_ragged" : op_names[op], impl_names[impl], L, p.desc.window, &ms,
                model_flops(op, impl, bn->opt, L), 0.0);
+    if (!st && bn->opt->profile)
+        st = profile_run(bn, op == OP_FORWARD ? run_forward : op == OP_BACKWARD ? run_backward : run_prefill, &p,
+                         ragged ? "prefill_ragged" : op_names[op], impl_names[impl], L, p.desc.window);
     problem_release(&p);
     return st ? lib_error(st, op_names[op]) : 0;
 }
@@ -505,7 +666,7 @@ static int bench_decode(bench *bn, int impl, size_t t)
         st = problem_init(&one, bn, impl, 1);
     decode_state s = {&one, one.desc, NULL};
     castle_attention_desc cd = prompt.desc;
-    cd.seq_len = t + (size_t)bn->opt->repeat + 2; /* capacity: the prompt and every timed token */
+    cd.seq_len = t + (size_t)bn->opt->repeat + 2; /* the prompt, the warm-up, the timed and --profile's tokens */
     cl_mem *b = prompt.buf;
     cl_event done = NULL;
     if (!st && impl == IMPL_CAUSAL) {
@@ -529,6 +690,8 @@ static int bench_decode(bench *bn, int impl, size_t t)
     if (!st)
         report(bn, "decode", impl_names[impl], t, one.desc.window, &ms, model_flops(OP_DECODE, impl, bn->opt, t),
                model_bytes(impl, bn->opt, t, (long)one.desc.window));
+    if (!st && bn->opt->profile)
+        st = profile_run(bn, run_decode, &s, "decode", impl_names[impl], t, (long)one.desc.window);
     size_t bytes = 0;
     if (!st && !bn->opt->json &&
         (impl == IMPL_CAUSAL ? castle_kv_cache_bytes(s.kv, &bytes) : castle_cache_bytes(one.cache, &bytes)) ==

@@ -125,6 +125,19 @@ CASTLE_API cl_context castle_context_cl_context(const castle_context *ctx);
    The string stays valid until castle_context_destroy, even while other threads build. */
 CASTLE_API const char *castle_build_log(const castle_context *ctx);
 
+/* Launch observer, for profilers (castle-bench --profile): once set, the library calls
+   fn(user, kernel, event, groups, group_size) on the calling thread right after it enqueues each
+   kernel on ctx, with the kernel's name (a static string), that launch's event (valid during the
+   call: clRetainEvent it to read its profiling times once it completes, on a queue created with
+   CL_QUEUE_PROFILING_ENABLE), its number of work-groups and the work-items in each.  Copies and
+   fills are not reported.  fn must not call into the library with ctx (its lock is free during the
+   call, but the operation that launched is not finished).  While an observer is set every launch
+   creates an event.  fn = NULL removes it.  CASTLE_ERR_NULL_CONTEXT when ctx is NULL. */
+typedef void (*castle_launch_observer)(void *user, const char *kernel, cl_event event, size_t groups,
+                                       size_t group_size);
+CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx, castle_launch_observer fn,
+                                                            void *user);
+
 /* ---- Tuning ------------------------------------------------------------------------------- */
 /* Block, work-group, micro-tile and vector sizes.  Chosen at context creation from the built-in
    per-device table (vendor -> device -> default), then the tuning file castle-tune writes
