@@ -4,7 +4,8 @@
 # for sm_90 (tools/ptx-report.sh), at head-dimension classes 64 and 128.  A private array indexed at
 # run time (a loop over micro-tiles or slabs left rolled) shows up as a stack frame.  The folded
 # CASTLE backward (255 registers, a few bytes spilled) and class 256 of the causal backward's key
-# side (two d-wide accumulators per work-item) are left out: they do not fit.
+# side (two d-wide accumulators per work-item) are left out: they do not fit.  Then --from-cache on a
+# cache entry of the library's format (host/bincache.c) that holds PTX, beside one that does not.
 # usage: ptx_registers.sh <build-dir>
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,3 +18,35 @@ for class in 64 128; do
     [ "$class" = 128 ] && want=${hot/,castle_causal_backward_kv/} # its two accumulators just overflow 255 registers
     bash "$here/../tools/ptx-report.sh" "$1" --class "$class" --no-stack "$want"
 done
+echo "== --from-cache =="
+cache=$(mktemp -d)
+trap 'rm -rf "$cache"' EXIT
+entry() { # <file> <payload file>: the library's header (magic, key hash, size, checksum), then the payload
+    { printf 'CASTLEBIN2\0'; head -c 24 /dev/zero; cat "$2"; printf '\0'; } >"$1"
+}
+cat >"$cache/probe.ptx" <<'PTX'
+.version 7.8
+.target sm_90
+.address_size 64
+.visible .entry castle_probe(.param .u64 out)
+{
+    .reg .b64 %rd<2>;
+    .reg .b32 %r<2>;
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd1, %rd1;
+    mov.u32 %r1, 7;
+    st.global.u32 [%rd1], %r1;
+    ret;
+}
+PTX
+entry "$cache/0123456789abcdef.bin" "$cache/probe.ptx"
+head -c 64 /dev/urandom >"$cache/other.payload"
+entry "$cache/fedcba9876543210.bin" "$cache/other.payload"
+out=$(bash "$here/../tools/ptx-report.sh" --from-cache "$cache" --no-stack castle_probe)
+echo "$out"
+grep -qE '^0123456789ab +castle_probe +stack=0 +spill=0 +regs=[0-9]+$' <<<"$out" ||
+    { echo "--from-cache: no line for the PTX entry"; exit 1; }
+[ "$(wc -l <<<"$out")" = 1 ] || { echo "--from-cache: a line for the entry that is not PTX"; exit 1; }
+rc=0
+bash "$here/../tools/ptx-report.sh" --from-cache "$cache/none" 2>/dev/null || rc=$?
+[ "$rc" = 2 ] || { echo "--from-cache on a missing directory: exit status $rc, expected 2"; exit 1; }

@@ -7,7 +7,12 @@
 # its own way, so these are a proxy for the driver's numbers, not the numbers themselves.
 #
 # usage: tools/ptx-report.sh BUILD_DIR [--tuning T] [--class C] [--arch SM] [--no-stack K1,K2,...]
+#        tools/ptx-report.sh --from-cache DIR [--arch SM] [--no-stack K1,K2,...]
 #   BUILD_DIR  a build of the library (its castle-info gives the tuning table)
+#   --from-cache DIR  instead, the PTX that NVIDIA's own OpenCL compiler made: the program binaries
+#              of a library binary cache (CASTLE_CACHE_DIR=DIR on the GPU machine, then DIR copied
+#              here; NVIDIA's program binaries are PTX), one line per kernel, the entry's file
+#              (its key hash) in place of the family; entries that are not PTX are skipped
 #   --tuning T a tuning in CASTLE_TUNING's syntax, every parameter given (castle-info --table's
 #              form); default: the built-in nvidia-gpu entry
 #   --class C  head-dimension class of the causal and cache programs under accum = 2 (64, 128 or
@@ -23,12 +28,18 @@
 set -euo pipefail
 usage() { # [status]: 0 to stdout (--help), else to stderr
     local status=${1:-2}
-    sed -n '9,17p' "$0" | sed 's/^# \{0,1\}//' >&$((status == 0 ? 1 : 2))
+    sed -n '9,22p' "$0" | sed 's/^# \{0,1\}//' >&$((status == 0 ? 1 : 2))
     exit "$status"
 }
 case ${1:--h} in -h | --help) usage 0 ;; esac
-build=$1
-shift
+build= cache=
+if [ "$1" = --from-cache ]; then
+    cache=${2:?}
+    shift 2
+else
+    build=$1
+    shift
+fi
 tuning= class=64 arch=sm_90 nostack=
 while [ $# -gt 0 ]; do
     case $1 in
@@ -40,64 +51,90 @@ while [ $# -gt 0 ]; do
     *) echo "ptx-report.sh: unknown option $1" >&2; usage ;;
     esac
 done
-case $class in 64 | 128 | 256) ;; *) echo "ptx-report.sh: --class must be 64, 128 or 256" >&2; exit 2 ;; esac
-root=$(cd "$(dirname "$0")/.." && pwd)
-clang=${PTX_CLANG:-$(command -v clang-15 || echo /usr/lib/llvm-15/bin/clang)}
-clc=${PTX_LIBCLC:-/usr/lib/clc/nvptx64--nvidiacl.bc}
 ptxas=${PTXAS:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}
-for f in "$clang" "$clc" "$ptxas"; do
-    [ -e "$f" ] || { echo "ptx-report.sh: $f not found (clang-15, libclc-15 and the CUDA toolkit's ptxas)" >&2; exit 2; }
-done
-if [ -z "$tuning" ]; then
-    tuning=$("$build/tools/castle-info" --table | awk -F'\t' '$1 == "nvidia-gpu" { print $2 }')
-    [ -n "$tuning" ] || { echo "ptx-report.sh: castle-info --table lists no nvidia-gpu entry" >&2; exit 1; }
-fi
-value() { # <param>: its value in $tuning
-    tr ',' '\n' <<<"$tuning" | awk -F= -v k="$1" '$1 == k { print $2; found = 1 } END { exit !found }' ||
-        { echo "ptx-report.sh: the tuning gives no $1 (give every parameter)" >&2; exit 2; }
-}
-# the kernel macros of castle.h's list: X(field, "MACRO", ...)
-mapfile -t params < <(grep -oE 'X\([a-z]+, "[A-Z]+"' "$root/lib/include/castle/castle.h" | sed -E 's/X\(([a-z]+), "([A-Z]+)"/\1 \2/')
-[ "${#params[@]}" -ge 5 ] || { echo "ptx-report.sh: cannot read CASTLE_TUNING_PARAMS from castle.h" >&2; exit 1; }
-const() { grep -m1 -E "^#define $1 " "$2" | awk '{ print $3 }'; }
-maxd=$(const CASTLE_MAX_HEAD_DIM "$root/lib/include/castle/castle.h")
-rows=$(const CASTLE_DECODE_ROWS "$root/host/causal.h")
-group=$(const CASTLE_DECODE_GROUP "$root/host/causal.h")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
-for family in forward backward causal cache; do
-    opts=()
-    for p in "${params[@]}"; do
-        name=${p% *} macro=${p#* }
-        v=$(value "$name")
-        if [ "$family" = backward ]; then
-            [ "$name" = threads ] && v=$(value bthreads)
-            [ "$name" = tm ] && v=$(value btm)
-        fi
-        opts+=("-D$macro=$v")
-    done
-    dclass=$maxd
-    if [ "$(value accum)" = 2 ] && { [ "$family" = causal ] || [ "$family" = cache ]; }; then
-        dclass=$class
-    fi
-    cat "$root/cl/local_memory.h" "$root/cl/common.cl" "$root/cl/$family.cl" >"$work/$family.cl"
-    # OpenCL C's plain `inline` is C99's: clang may leave a call to it unresolved; the drivers inline
-    "$clang" -x cl -cl-std=CL1.2 -target nvptx64--nvidiacl -Xclang -mlink-builtin-bitcode -Xclang "$clc" \
-        -Xclang -finclude-default-header -O3 -S "-Dinline=__attribute__((always_inline)) inline" \
-        "${opts[@]}" -DCASTLE_MAX_HEAD_DIM="$maxd" -DCASTLE_HEAD_DIM_CLASS="$dclass" \
-        -DCASTLE_DECODE_ROWS="$rows" -DCASTLE_DECODE_GROUP="$group" -Wno-pass-failed \
-        -o "$work/$family.ptx" "$work/$family.cl"
-    # ptxas wants a PTX version and target it knows
-    sed -i -E "s/^\.version .*/.version 7.8/; s/^\.target .*/.target $arch/" "$work/$family.ptx"
-    "$ptxas" -arch="$arch" -v "$work/$family.ptx" -o "$work/$family.cubin" 2>"$work/$family.log"
-    awk -v fam="$family" '
+report_log() { # <label> <ptxas -v log>: one line per kernel, also kept in $work/report
+    awk -v fam="$1" '
         /Compiling entry function/ { k = $0; sub(/.*function .\047?/, "", k); sub(/\047.*/, "", k) }
         /bytes stack frame/ { st = $5; sp = $9 }
         /Used [0-9]+ registers/ { for (i = 1; i <= NF; ++i) if ($i == "Used") r = $(i + 1);
                                   printf "%-9s %-28s stack=%-5s spill=%-5s regs=%s\n", fam, k, st, sp, r }' \
-        "$work/$family.log" | tee -a "$work/report"
-done
+        "$2" | tee -a "$work/report"
+}
+if [ -n "$cache" ]; then
+    [ -d "$cache" ] || { echo "ptx-report.sh: $cache is not a directory" >&2; exit 2; }
+    [ -e "$ptxas" ] || { echo "ptx-report.sh: $ptxas not found (the CUDA toolkit's ptxas)" >&2; exit 2; }
+    n=0
+    for f in "$cache"/*.bin; do
+        [ -e "$f" ] || continue
+        # an entry (host/bincache.c): "CASTLEBIN2\0", key hash, size and checksum (35 bytes), then
+        # the driver's program binary, for NVIDIA's the PTX text and a terminating zero
+        tail -c +36 "$f" | tr -d '\000' >"$work/entry.ptx"
+        grep -q '\.entry' "$work/entry.ptx" || continue
+        n=$((n + 1))
+        name=$(basename "$f" .bin)
+        if ! "$ptxas" -arch="$arch" -v "$work/entry.ptx" -o "$work/entry.cubin" 2>"$work/entry.log"; then
+            echo "ptx-report.sh: ptxas failed on $f:" >&2
+            head -5 "$work/entry.log" >&2
+            status=1
+            continue
+        fi
+        report_log "${name:0:12}" "$work/entry.log"
+    done
+    [ "$n" -gt 0 ] || { echo "ptx-report.sh: no PTX program among $cache/*.bin" >&2; exit 1; }
+else
+    case $class in 64 | 128 | 256) ;; *) echo "ptx-report.sh: --class must be 64, 128 or 256" >&2; exit 2 ;; esac
+    root=$(cd "$(dirname "$0")/.." && pwd)
+    clang=${PTX_CLANG:-$(command -v clang-15 || echo /usr/lib/llvm-15/bin/clang)}
+    clc=${PTX_LIBCLC:-/usr/lib/clc/nvptx64--nvidiacl.bc}
+    for f in "$clang" "$clc" "$ptxas"; do
+        [ -e "$f" ] || { echo "ptx-report.sh: $f not found (clang-15, libclc-15 and the CUDA toolkit's ptxas)" >&2; exit 2; }
+    done
+    if [ -z "$tuning" ]; then
+        tuning=$("$build/tools/castle-info" --table | awk -F'\t' '$1 == "nvidia-gpu" { print $2 }')
+        [ -n "$tuning" ] || { echo "ptx-report.sh: castle-info --table lists no nvidia-gpu entry" >&2; exit 1; }
+    fi
+    value() { # <param>: its value in $tuning
+        tr ',' '\n' <<<"$tuning" | awk -F= -v k="$1" '$1 == k { print $2; found = 1 } END { exit !found }' ||
+            { echo "ptx-report.sh: the tuning gives no $1 (give every parameter)" >&2; exit 2; }
+    }
+    # the kernel macros of castle.h's list: X(field, "MACRO", ...)
+    mapfile -t params < <(grep -oE 'X\([a-z]+, "[A-Z]+"' "$root/lib/include/castle/castle.h" | sed -E 's/X\(([a-z]+), "([A-Z]+)"/\1 \2/')
+    [ "${#params[@]}" -ge 5 ] || { echo "ptx-report.sh: cannot read CASTLE_TUNING_PARAMS from castle.h" >&2; exit 1; }
+    const() { grep -m1 -E "^#define $1 " "$2" | awk '{ print $3 }'; }
+    maxd=$(const CASTLE_MAX_HEAD_DIM "$root/lib/include/castle/castle.h")
+    rows=$(const CASTLE_DECODE_ROWS "$root/host/causal.h")
+    group=$(const CASTLE_DECODE_GROUP "$root/host/causal.h")
+    for family in forward backward causal cache; do
+        opts=()
+        for p in "${params[@]}"; do
+            name=${p% *} macro=${p#* }
+            v=$(value "$name")
+            if [ "$family" = backward ]; then
+                [ "$name" = threads ] && v=$(value bthreads)
+                [ "$name" = tm ] && v=$(value btm)
+            fi
+            opts+=("-D$macro=$v")
+        done
+        dclass=$maxd
+        if [ "$(value accum)" = 2 ] && { [ "$family" = causal ] || [ "$family" = cache ]; }; then
+            dclass=$class
+        fi
+        cat "$root/cl/local_memory.h" "$root/cl/common.cl" "$root/cl/$family.cl" >"$work/$family.cl"
+        # OpenCL C's plain `inline` is C99's: clang may leave a call to it unresolved; the drivers inline
+        "$clang" -x cl -cl-std=CL1.2 -target nvptx64--nvidiacl -Xclang -mlink-builtin-bitcode -Xclang "$clc" \
+            -Xclang -finclude-default-header -O3 -S "-Dinline=__attribute__((always_inline)) inline" \
+            "${opts[@]}" -DCASTLE_MAX_HEAD_DIM="$maxd" -DCASTLE_HEAD_DIM_CLASS="$dclass" \
+            -DCASTLE_DECODE_ROWS="$rows" -DCASTLE_DECODE_GROUP="$group" -Wno-pass-failed \
+            -o "$work/$family.ptx" "$work/$family.cl"
+        # ptxas wants a PTX version and target it knows
+        sed -i -E "s/^\.version .*/.version 7.8/; s/^\.target .*/.target $arch/" "$work/$family.ptx"
+        "$ptxas" -arch="$arch" -v "$work/$family.ptx" -o "$work/$family.cubin" 2>"$work/$family.log"
+        report_log "$family" "$work/$family.log"
+    done
+fi
 if [ -n "$nostack" ]; then
     for k in ${nostack//,/ }; do
         line=$(awk -v k="$k" '$2 == k' "$work/report")
