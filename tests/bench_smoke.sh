@@ -57,7 +57,13 @@ for key, fs in runs.items():
         total = sum(float(f["share"]) for f in fs)
         assert abs(total - 1) < 0.01, (key, total)' "$prof" || { echo "bad --profile lines"; exit 1; }
 json=$("$bench" --ops forward --impls causal --L 64 --heads 1 --repeat 1 --gemm 0 --json --profile)
-python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert len(d)==3 and "kernel" not in d[0] and [x["kernel"] for x in d[1:]]==["castle_causal_forward","(gaps)"]' "$json" ||
+python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+assert len(d) == 3 and "kernel" not in d[0] and [x["kernel"] for x in d[1:]] == ["castle_causal_forward", "(gaps)"]
+k = d[1]
+assert k["launch_groups"] == [k["groups"]] and k["launches"] == 1
+assert "ms" not in k or (len(k["launch_ms"]) == 1 and abs(k["launch_ms"][0] - k["ms"]) < 1e-3)' "$json" ||
     { echo "bad --profile JSON: $json"; exit 1; }
 if "$bench" --ops sideways >/dev/null 2>&1; then echo "bad --ops accepted"; exit 1; fi
 rc=0; "$bench" --ops sideways >/dev/null 2>&1 || rc=$?

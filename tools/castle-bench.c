@@ -51,7 +51,8 @@ static const char usage[] =
     "                     with its launches, work-groups, summed device time, longest launch and share\n"
     "                     of the run's span (first launch's start to last launch's end), then\n"
     "                     kernel=(gaps): the part of the span in which no kernel ran (launch gaps,\n"
-    "                     copies); under --json, objects with a \"kernel\" key\n"
+    "                     copies); under --json, objects with a \"kernel\" key, each launch's\n"
+    "                     work-groups and time in launch order (launch_groups, launch_ms)\n"
     "  --json             print the measurements as one JSON array instead of lines\n"
     "  -h, --help         this text\n"
     "\n"
@@ -329,9 +330,11 @@ static int cmp_interval(const void *a, const void *b)
     return x[0] < y[0] ? -1 : x[0] > y[0];
 }
 
-/* One profile line (kernel NULL: the gaps). */
+/* One profile line (kernel NULL: the gaps); under --json, with each launch's work-groups and time
+   (iv: the launches' start and end, when span > 0). */
 static void print_profile(bench *bn, const char *op, const char *impl, size_t L, long W, const char *kernel,
-                          size_t launches, size_t groups, double ms, double max_ms, double span)
+                          size_t launches, size_t groups, double ms, double max_ms, double span, const profile *p,
+                          const cl_ulong (*iv)[2])
 {
     const options *o = bn->opt;
     const char *dim = strcmp(op, "decode") ? "L" : "t", *name = kernel ? kernel : "(gaps)";
@@ -341,6 +344,22 @@ static void print_profile(bench *bn, const char *op, const char *impl, size_t L,
                bn->printed ? "," : "[", op, impl, o->batch, o->heads, dim, L, o->d, W, name, launches, groups);
         if (span > 0)
             printf(", \"ms\": %.4f, \"max_ms\": %.4f, \"share\": %.4f", ms, max_ms, ms / span);
+        if (kernel) { /* per launch, in launch order */
+            for (int pass = 0; pass < (span > 0 ? 2 : 1); ++pass) {
+                printf(pass ? ", \"launch_ms\": [" : ", \"launch_groups\": [");
+                const char *sep = "";
+                for (size_t k = 0; k < p->n; ++k) {
+                    if (strcmp(p->v[k].kernel, kernel))
+                        continue;
+                    if (pass)
+                        printf("%s%.4f", sep, (double)(iv[k][1] - iv[k][0]) * 1e-6);
+                    else
+                        printf("%s%zu", sep, p->v[k].groups);
+                    sep = ", ";
+                }
+                printf("]");
+            }
+        }
         printf("}");
     } else {
         printf("profile op=%s impl=%s B=%zu H=%zu %s=%zu d=%zu W=%ld kernel=%s launches=%zu groups=%zu", op, impl,
@@ -423,10 +442,12 @@ static castle_status profile_run(bench *bn, run_fn fn, void *state, const char *
                 max_ms = t > max_ms ? t : max_ms;
             }
         }
-        print_profile(bn, op, impl, L, W, p.v[i].kernel, launches, groups, ms, max_ms, timed ? span : 0.0);
+        print_profile(bn, op, impl, L, W, p.v[i].kernel, launches, groups, ms, max_ms, timed ? span : 0.0, &p,
+                      (const cl_ulong(*)[2])iv);
     }
     if (!st)
-        print_profile(bn, op, impl, L, W, NULL, 0, 0, span - busy, 0.0, timed ? span : 0.0);
+        print_profile(bn, op, impl, L, W, NULL, 0, 0, span - busy, 0.0, timed ? span : 0.0, &p,
+                      (const cl_ulong(*)[2])iv);
     for (size_t i = 0; i < p.n; ++i)
         clReleaseEvent(p.v[i].ev);
     free(p.v);
