@@ -390,16 +390,8 @@ static castle_status profile_run(bench *bn, run_fn fn, void *state, const char *
     if (!st && (p.lost || (p.n && !iv)))
         st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
     bool timed = !st;
-    for (size_t i = 0; i < p.n && timed; ++i) { /* as tools/tool.c: a zero QUEUED time means no device clock */
-        cl_ulong tq = 0;
-        timed = clGetEventProfilingInfo(p.v[i].ev, CL_PROFILING_COMMAND_QUEUED, sizeof tq, &tq, NULL) == CL_SUCCESS &&
-                tq > 0 &&
-                clGetEventProfilingInfo(p.v[i].ev, CL_PROFILING_COMMAND_START, sizeof iv[i][0], &iv[i][0], NULL) ==
-                    CL_SUCCESS &&
-                clGetEventProfilingInfo(p.v[i].ev, CL_PROFILING_COMMAND_END, sizeof iv[i][1], &iv[i][1], NULL) ==
-                    CL_SUCCESS &&
-                iv[i][0] > 0 && iv[i][1] >= iv[i][0];
-    }
+    for (size_t i = 0; i < p.n && timed; ++i)
+        timed = tool_device_clock(p.v[i].ev, p.v[i].ev, &iv[i][0], &iv[i][1]) && iv[i][1] >= iv[i][0];
     double span = 0.0, busy = 0.0;
     if (timed && p.n) { /* the span, and the union of the launches' intervals within it */
         cl_ulong(*sorted)[2] = malloc(p.n * sizeof *sorted);

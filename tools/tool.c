@@ -44,16 +44,21 @@ double tool_median(double *v, size_t n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Device time from the start of `start` to the end of `end` in ms; < 0 when the device gives none:
-   an error, a zero timestamp or an end not after the start.  (Mesa's rusticl 22.3 reports zero for
-   CL_PROFILING_COMMAND_QUEUED and small counters, not nanoseconds, for the others.) */
+bool tool_device_clock(cl_event start, cl_event end, cl_ulong *t0, cl_ulong *t1)
+{
+    cl_ulong tq = 0;
+    *t0 = *t1 = 0;
+    return start && end && !clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_QUEUED, sizeof tq, &tq, NULL) &&
+           !clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_START, sizeof *t0, t0, NULL) &&
+           !clGetEventProfilingInfo(end, CL_PROFILING_COMMAND_END, sizeof *t1, t1, NULL) && tq != 0 && *t0 != 0;
+}
+
+/* Device time from the start of `start` to the end of `end` in ms; < 0 when the device gives none
+   (tool_device_clock) or the end is not after the start. */
 static double device_ms(cl_event start, cl_event end)
 {
-    cl_ulong tq = 0, t0 = 0, t1 = 0;
-    if (!start || !end || clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_QUEUED, sizeof tq, &tq, NULL) ||
-        clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) ||
-        clGetEventProfilingInfo(end, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) || tq == 0 || t0 == 0 ||
-        t1 <= t0)
+    cl_ulong t0, t1;
+    if (!tool_device_clock(start, end, &t0, &t1) || t1 <= t0)
         return -1;
     return (double)(t1 - t0) * 1e-6;
 }

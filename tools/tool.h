@@ -11,6 +11,7 @@
 
 #include "castle/castle.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Opens the device spec names (NULL: $CASTLE_DEVICE, else 0:0) with castle_context_create_default.
@@ -39,5 +40,9 @@ double tool_median(double *v, size_t n);
 
 /* Milliseconds of a monotonic host clock. */
 double tool_now_ms(void);
+/* The device clock's start of `start` and end of `end` (ns) into *t0, *t1; false where the device
+   gives none: an error or a zero timestamp.  (Mesa's rusticl 22.3 reports zero for
+   CL_PROFILING_COMMAND_QUEUED and small counters, not nanoseconds, for the others.) */
+bool tool_device_clock(cl_event start, cl_event end, cl_ulong *t0, cl_ulong *t1);
 
 #endif
