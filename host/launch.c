@@ -100,8 +100,9 @@ castle_status castle__launch(castle_chain *ch, bool last, castle_context *ctx, c
         err = clEnqueueNDRangeKernel(ch->queue, kernel, 2, NULL, global, local, n, list,
                                      evp || !observer ? evp : &own);
     castle__ctx_unlock(ctx);
-    if (err == CL_SUCCESS && observer && (evp ? ev : own))
-        observer(user, name, evp ? ev : own, local ? (global[0] / local[0]) * (global[1] / local[1]) : 0,
+    const cl_event seen = evp ? ev : own; /* this launch's event, where one was made */
+    if (err == CL_SUCCESS && observer && seen)
+        observer(user, name, seen, local ? (global[0] / local[0]) * (global[1] / local[1]) : 0,
                  local ? local[0] * local[1] : 0);
     if (own)
         clReleaseEvent(own);
