@@ -667,7 +667,9 @@ void castle_causal_combine(const int n, const int d, const int H, const int P, _
     }
 }
 
-/* Rows 0..n-1 of k, v to rows t0..t0+n-1 of the cache (strides sc). */
+/* Rows 0..n-1 of k, v to rows t0..t0+n-1 of the cache (strides sc): work-group (g, bh) copies the
+   rows g BLK .. g BLK + BLK - 1, a vector of VW columns at a time, in the tuning's stage order (a
+   contiguous run per work-item on CPUs, consecutive vectors on consecutive work-items on GPUs). */
 __kernel __attribute__((reqd_work_group_size(CC_NT, 1, 1)))
 void castle_causal_append(const int n, const int t0, const int d, const int H,
                           __global const float *k, const ulong4 sk, __global const float *v, const ulong4 sv,
@@ -675,11 +677,11 @@ void castle_causal_append(const int n, const int t0, const int d, const int H,
 {
     const int bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;
-    const ulong total = (ulong)n * d;
-    for (ulong e = get_global_id(0); e < total; e += get_global_size(0)) {
-        const uint r = e / d, c = e % d;
-        ck[tensor_offset(sc, b, h, t0 + r) + c] = k[tensor_offset(sk, b, h, r) + c];
-        cv[tensor_offset(sc, b, h, t0 + r) + c] = v[tensor_offset(sv, b, h, r) + c];
+    const int r0 = get_group_id(0) * BLK, nv = (d + VW - 1) / VW; /* vectors to a row */
+    FOR_SHARE_OF(e, min(BLK, n - r0) * nv, CC_NT) {
+        const int r = r0 + e / nv, c = (e % nv) * VW, m = min(VW, d - c);
+        gstore_part(gload_part(k + tensor_offset(sk, b, h, r) + c, m), ck + tensor_offset(sc, b, h, t0 + r) + c, m);
+        gstore_part(gload_part(v + tensor_offset(sv, b, h, r) + c, m), cv + tensor_offset(sc, b, h, t0 + r) + c, m);
     }
 }
 

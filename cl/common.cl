@@ -478,19 +478,21 @@ CASTLE_PART_FNS(16, float16, CASTLE_LOAD_16, CASTLE_STORE_16)
 #define gstore_part CASTLE_CAT(gstore_n, VW)
 
 /* for (e ...) over work-item get_local_id(0)'s share of the n items 0 .. n-1 of a copy (the vectors
-   of a tile), by the tuning's stage order (STG).  1: a contiguous run of ceil(n / NT) items each.  A
-   CPU device runs a work-group's work-items one after another, so the group then reads its tile front
-   to back, one sequential stream that the hardware prefetcher follows; interleaved, the loads jump
-   NT vectors at a time and stall on memory (PoCL, 2 cores, L = 2048: the CASTLE backward 8% faster,
-   the forward unchanged; docs/performance.md).  2: items lid, lid + NT, ...: consecutive work-items on
-   consecutive vectors, one coalesced access per warp on a GPU. */
+   of a tile) among the nt work-items of its group, by the tuning's stage order (STG).  1: a
+   contiguous run of ceil(n / nt) items each.  A CPU device runs a work-group's work-items one after
+   another, so the group then reads its tile front to back, one sequential stream that the hardware
+   prefetcher follows; interleaved, the loads jump nt vectors at a time and stall on memory (PoCL,
+   2 cores, L = 2048: the CASTLE backward 8% faster, the forward unchanged; docs/performance.md).
+   2: items lid, lid + nt, ...: consecutive work-items on consecutive vectors, one coalesced access
+   per warp on a GPU. */
 #if STG == 1
-#define FOR_SHARE(e, n)                                                                                   \
-    for (int e##_q = 0, e##_per = ((n) + NT - 1) / NT, e = (int)get_local_id(0) * e##_per;               \
+#define FOR_SHARE_OF(e, n, nt)                                                                            \
+    for (int e##_q = 0, e##_per = ((n) + (nt) - 1) / (nt), e = (int)get_local_id(0) * e##_per;           \
          e##_q < e##_per && e < (n); ++e##_q, ++e)
 #else
-#define FOR_SHARE(e, n) for (int e = get_local_id(0); e < (n); e += NT)
+#define FOR_SHARE_OF(e, n, nt) for (int e = get_local_id(0); e < (n); e += (nt))
 #endif
+#define FOR_SHARE(e, n) FOR_SHARE_OF(e, n, NT) /* the kernels on NT work-items */
 
 /* Software prefetch of global memory a block pair reads a phase later, under the tuning's prefetch
    = 1 (PFT): a CPU runs the work-items of a group one after another, and each load that misses the
