@@ -95,7 +95,6 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __global const float *pvu = vu + tensor_offset(svu, b, h, 0);
     __global const float *pqc = qc + tensor_offset(sqc, b, h, 0);
     __global const float *pkc = kc + tensor_offset(skc, b, h, 0);
-    __global const float *pvc = vc + tensor_offset(svc, b, h, 0);
     __global const float *po = o + tensor_offset(so, b, h, 0);
     __global const float *pdo = dout + tensor_offset(sdo, b, h, 0);
     const ulong bhd = (ulong)bh * Lpad * d;
@@ -479,7 +478,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_backward_block(const int k, BACKWARD_BLOCK_PARAMS)
 {
-    __local float lm[LM_BW];
+    __local float lm[LM_BW] LM_ALIGNED;
     backward_block(lm, k, get_group_id(0), get_group_id(1), BACKWARD_BLOCK_ARGS);
 }
 
@@ -490,7 +489,7 @@ void castle_backward_block(const int k, BACKWARD_BLOCK_PARAMS)
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_backward_fold(const int unused, BACKWARD_BLOCK_PARAMS)
 {
-    __local float lm[LM_BW];
+    __local float lm[LM_BW] LM_ALIGNED;
     const int N = (L + BLK - 1) / BLK;
     (void)unused;
     for (int k = N - 1; k >= 0; --k)

@@ -95,7 +95,7 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
                             __global const float *vu, const ulong4 svu,
                             __global float *cu, __global float *ws, const ulong ws_t, const int Lpad)
 {
-    __local float lm[PU_LM];
+    __local float lm[PU_LM] LM_ALIGNED;
     __local float *tQU = lm, *tKU = lm + KS * DT;  /* phase 1: k-major, row stride KS */
     __local float *sGt = lm, *tV = lm + BLK * BLK; /* then: G^T [j * BLK + s], VU row-major (DT) */
     const int lid = get_local_id(0);
@@ -240,9 +240,10 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                                 __global float *o, const ulong4 so, __global float *lse, const ulong4 slse,
                                 const int want_lse)
 {
-    __local float lq[MAXD], lk[MAXD], lv[MAXD]; /* qC_t, kU_t, vU_t */
-    __local float rg[DRP * DNT], rx[DRP * DNT], rk[DRP * DNT]; /* per-lane partial dot products */
-    __local float tm[TEAMS], tl[TEAMS], tacc[TEAMS * MB];
+    __local float lq[MAXD] LM_ALIGNED, lk[MAXD] LM_ALIGNED, lv[MAXD] LM_ALIGNED; /* qC_t, kU_t, vU_t */
+    /* per-lane partial dot products */
+    __local float rg[DRP * DNT] LM_ALIGNED, rx[DRP * DNT] LM_ALIGNED, rk[DRP * DNT] LM_ALIGNED;
+    __local float tm[TEAMS] LM_ALIGNED, tl[TEAMS] LM_ALIGNED, tacc[TEAMS * MB] LM_ALIGNED;
     const int lid = get_local_id(0), lane = lid % DLN, team = lid / DLN;
     const int chunk = get_group_id(0), bh = get_group_id(1), ngroups = get_num_groups(0);
     const uint b = bh / H, h = bh % H;

@@ -198,10 +198,10 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
        of K and V: as many columns of a key block at a time as the rest of the (CC_TROWS + DT) x BLK
        floats holds (all of d on the usual tunings: one staging step and one barrier for K, and V in
        the same step when d <= 64). */
-    __local float Qt[(CC_TROWS + DT) * BLK];
-    __local float sP[BLK * BLK];      /* S^T, then P^T, of the current key block: sP[key * BLK + row] */
-    __local float sR[CF_RG * BLK];    /* per row of micro-tiles: column maxima, at the end partial sums */
-    __local float sM[BLK], sA[BLK], sL[BLK];
+    __local float Qt[(CC_TROWS + DT) * BLK] LM_ALIGNED;
+    __local float sP[BLK * BLK] LM_ALIGNED;      /* S^T, then P^T, of the current key block: sP[key * BLK + row] */
+    __local float sR[CF_RG * BLK] LM_ALIGNED;    /* per row of micro-tiles: column maxima, at the end partial sums */
+    __local float sM[BLK] LM_ALIGNED, sA[BLK] LM_ALIGNED, sL[BLK] LM_ALIGNED;
     const int lid = get_local_id(0);
     const int nq = (n + BLK - 1) / BLK;
     const int qb = nq - 1 - (int)get_group_id(0) / nsplit, sp = (int)get_group_id(0) % nsplit;
@@ -499,9 +499,9 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
                           __global const float *k, __global const float *v, const ulong4 sc_,
                           const int nsplit, __global float *part)
 {
-    __local float lq[CC_DQ * CC_DMAX];              /* the new rows' queries */
-    __local float rx[CD_RP * CC_DQ * CC_DNT];       /* per-lane partial scores */
-    __local float tm[CD_TEAMS], tl[CD_TEAMS], tacc[CD_TEAMS * CC_DMAX];
+    __local float lq[CC_DQ * CC_DMAX] LM_ALIGNED;              /* the new rows' queries */
+    __local float rx[CD_RP * CC_DQ * CC_DNT] LM_ALIGNED;       /* per-lane partial scores */
+    __local float tm[CD_TEAMS] LM_ALIGNED, tl[CD_TEAMS] LM_ALIGNED, tacc[CD_TEAMS * CC_DMAX] LM_ALIGNED;
     const int lid = get_local_id(0), lane = lid % CD_LN, team = lid / CD_LN;
     const int sp = get_group_id(0), bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;
@@ -772,10 +772,10 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
                                __global float *dk, const ulong4 sdk,
                                __global float *dv, const ulong4 sdv)
 {
-    __local float T[CC_ST * BLK];
-    __local float sP[BLK * BLK]; /* P[row * BLK + key] */
-    __local float sD[BLK * BLK]; /* dS[row * BLK + key] */
-    __local float sLse[BLK], sDel[BLK];
+    __local float T[CC_ST * BLK] LM_ALIGNED;
+    __local float sP[BLK * BLK] LM_ALIGNED; /* P[row * BLK + key] */
+    __local float sD[BLK * BLK] LM_ALIGNED; /* dS[row * BLK + key] */
+    __local float sLse[BLK] LM_ALIGNED, sDel[BLK] LM_ALIGNED;
     const int lid = get_local_id(0);
     const int N = (L + BLK - 1) / BLK, kb = get_group_id(0), bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;
@@ -865,9 +865,9 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
                               __global const float *dO, const ulong4 sdo,
                               __global float *dq, const ulong4 sdq)
 {
-    __local float T[CC_ST * BLK];
-    __local float sD[BLK * BLK]; /* dS^T[key * BLK + row] */
-    __local float sLse[BLK], sDel[BLK];
+    __local float T[CC_ST * BLK] LM_ALIGNED;
+    __local float sD[BLK * BLK] LM_ALIGNED; /* dS^T[key * BLK + row] */
+    __local float sLse[BLK] LM_ALIGNED, sDel[BLK] LM_ALIGNED;
     const int lid = get_local_id(0);
     const int N = (L + BLK - 1) / BLK, qb = N - 1 - (int)get_group_id(0), bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;

@@ -53,6 +53,21 @@
 #define ACC_UNROLL
 #endif
 
+/* Every __local array of the kernels is declared LM_ALIGNED: 16-byte aligned under the GPU
+   mappings (VW <= 4).  vloadn and vstoren need only a float's alignment, so on a __local float *
+   whose alignment it cannot prove a GPU compiler splits a vload4 into four scalar loads (PTX's
+   ld.shared.v4 needs 16 bytes).  With the arrays aligned, it can prove the alignment of most vector
+   accesses from their offsets (multiples of four floats), and the micro-tiles' fragments (mt_frag_a,
+   mt_frag_b) are typed vector loads under VW = 4.  clang's NVPTX back end, GPU entry: 203 -> 70
+   ld.shared instructions in the forward, 1223 -> 371 in the backward (tools/ptx-report.sh, its lds
+   column; docs/performance.md).  Results are bitwise the same: only the width of the loads changes.
+   Under the CPU mappings the arrays are declared as before, so that their code is the same. */
+#if VW <= 4
+#define LM_ALIGNED __attribute__((aligned(16)))
+#else
+#define LM_ALIGNED
+#endif
+
 #define KS (BLK + 4)    /* padded, vector-aligned row stride of a k-major BLK x DT tile (stage_tile_ks) */
 
 /* Dot products accumulate in VW-wide vectors and are summed across lanes once: explicit SIMD for
@@ -158,18 +173,28 @@ inline vfloat lane_index(void)
 #define MT_ROW0(u, ncols) (((u) / ((ncols) / MT_COLS)) * TM)
 #define MT_COL0(u, ncols) (((u) % ((ncols) / MT_COLS)) * MT_COLS)
 
-/* n consecutive floats at p into x[0 .. n), one vector load (n = 1, 2, 4, 8 or 16). */
-#define MT_UNPACK2(x, v) ((x)[0] = (v).s0, (x)[1] = (v).s1)
-#define MT_UNPACK4(x, v) (MT_UNPACK2((x), (v).lo), MT_UNPACK2((x) + 2, (v).hi))
-#define MT_UNPACK8(x, v) (MT_UNPACK4((x), (v).lo), MT_UNPACK4((x) + 4, (v).hi))
-#define MT_UNPACK16(x, v) (MT_UNPACK8((x), (v).lo), MT_UNPACK8((x) + 8, (v).hi))
+/* The lanes of a float2 or float4 v into x[0 .. 2) or x[0 .. 4) (functions, so that the load that
+   gives v is made once, whatever the compiler's optimisation level). */
+__attribute__((always_inline)) inline void mt_unpack2(float *x, const float2 v)
+{
+    x[0] = v.s0;
+    x[1] = v.s1;
+}
+__attribute__((always_inline)) inline void mt_unpack4(float *x, const float4 v)
+{
+    x[0] = v.s0;
+    x[1] = v.s1;
+    x[2] = v.s2;
+    x[3] = v.s3;
+}
+
+/* n consecutive floats at p into x[0 .. n), one vloadn (n = 1, 2, 4 or 8). */
+#define MT_LOADN_1(x, p) ((x)[0] = (p)[0])
+#define MT_LOADN_2(x, p) mt_unpack2((x), vload2(0, (p)))
+#define MT_LOADN_4(x, p) mt_unpack4((x), vload4(0, (p)))
+#define MT_LOADN_8(x, p) (MT_LOADN_4((x), (p)), MT_LOADN_4((x) + 4, (p) + 4))
 #define MT_LOADN_(n, x, p) MT_LOADN_##n(x, p)
 #define MT_LOADN(n, x, p) MT_LOADN_(n, x, p)
-#define MT_LOADN_1(x, p) ((x)[0] = (p)[0])
-#define MT_LOADN_2(x, p) MT_UNPACK2((x), vload2(0, (p)))
-#define MT_LOADN_4(x, p) MT_UNPACK4((x), vload4(0, (p)))
-#define MT_LOADN_8(x, p) MT_UNPACK8((x), vload8(0, (p)))
-#define MT_LOADN_16(x, p) MT_UNPACK16((x), vload16(0, (p)))
 
 /* n consecutive floats at p into x[0 .. n), one load each (n = 1, 2, 4 or 8). */
 #define MT_LOADS_1(x, p) ((x)[0] = (p)[0])
@@ -179,13 +204,36 @@ inline vfloat lane_index(void)
 #define MT_LOADS_(n, x, p) MT_LOADS_##n(x, p)
 #define MT_LOADS(n, x, p) MT_LOADS_(n, x, p)
 
+/* n consecutive floats at p into x[0 .. n) as aligned vectors (n = 1, 2, 4 or 8: a float2, one or two
+   float4s): p must be aligned to min(n, 4) floats, which the fragments below are (LM_ALIGNED). */
+#define MT_LOADA_1(x, p) ((x)[0] = (p)[0])
+#define MT_LOADA_2(x, p) mt_unpack2((x), *(__local const float2 *)(p))
+#define MT_LOADA_4(x, p) mt_unpack4((x), *(__local const float4 *)(p))
+#define MT_LOADA_8(x, p) (MT_LOADA_4((x), (p)), MT_LOADA_4((x) + 4, (p) + 4))
+#define MT_LOADA_(n, x, p) MT_LOADA_##n(x, p)
+#define MT_LOADA(n, x, p) MT_LOADA_(n, x, p)
+
 /* The micro-tile's fragments at one contraction step: TM values of A (column kk), TN vectors of B.
-   With VW > 1 each A value is broadcast across a vector, and loaded by itself a CPU compiler
-   broadcasts it straight from memory (a load, no shuffle); one vector load of the TM values, then
-   a lane shuffle per broadcast, made PoCL's forward 10% and its causal forward 21% slower (the
-   shuffles compete with the FMAs).  With VW = 1 (GPUs) one vector load fills the tile's registers. */
-#if VW > 1
+   With wide SIMD vectors (VW >= 8, CPUs) each A value is broadcast across a vector, and loaded by
+   itself a CPU compiler broadcasts it straight from memory (a load, no shuffle); one vector load of
+   the TM values, then a lane shuffle per broadcast, made PoCL's forward 10% and its causal forward
+   21% slower (the shuffles compete with the FMAs); B's vectors are vloadn (a k-major tile's row
+   stride KS = BLK + 4 does not keep 16-float vectors aligned).  With float4 columns (VW = 4, the
+   GPU entries) both fragments are typed float2 / float4 loads: a vloadn needs only a float's
+   alignment, and where a GPU compiler cannot prove more from the indices it splits it into scalar
+   loads (PTX: one ld.shared.f32 per float; docs/performance.md), while a typed load states it.
+   With scalar columns (VW = 1) the fragments are one vloadn each (as typed loads that are only
+   unpacked, compilers that do not merge loads again (Oclgrind's) would count them float by float).
+   Alignment of the typed fragments: A's TM values start at a row row0 (a multiple of TM) of a
+   k-major tile, B's MT_COLS at a column col0 (a multiple of MT_COLS); every tile starts a multiple
+   of 4 floats into a LM_ALIGNED array, and every row stride is a multiple of 4 floats (BLK, DT, KS,
+   and multiples of DT; block >= 8 and dchunk >= 4 are powers of two).  So each vector is aligned to
+   its size.  test_oclgrind checks it under the GPU entry (Oclgrind reports a misaligned load as an
+   error). */
+#if VW >= 8
 __attribute__((always_inline)) inline void mt_frag_a(float *x, __local const float *a) { MT_LOADS(TM, x, a); }
+#elif VW == 4
+__attribute__((always_inline)) inline void mt_frag_a(float *x, __local const float *a) { MT_LOADA(TM, x, a); }
 #else
 __attribute__((always_inline)) inline void mt_frag_a(float *x, __local const float *a) { MT_LOADN(TM, x, a); }
 #endif
@@ -193,6 +241,9 @@ __attribute__((always_inline)) inline void mt_frag_b(vfloat *y, __local const fl
 {
 #if VW == 1
     MT_LOADN(TN, y, b);
+#elif VW == 4
+    for (int j = 0; j < TN; ++j)
+        y[j] = ((__local const float4 *)b)[j];
 #else
     for (int j = 0; j < TN; ++j)
         y[j] = VLOAD(b + j * VW);
@@ -639,7 +690,7 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_transpose_blocks(const int L, const int d, const int H, const int q0, CASTLE_T_IN(0), CASTLE_T_IN(1),
                              CASTLE_T_IN(2), CASTLE_T_IN(3), __global float *ws, const ulong ws_t)
 {
-    __local float lm[KS * DT];
+    __local float lm[KS * DT] LM_ALIGNED;
     const int N = (L + BLK - 1) / BLK, Lpad = N * BLK;
     const int q = get_group_id(0) / N, n = get_group_id(0) % N, bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;

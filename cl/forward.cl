@@ -62,10 +62,8 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     const vfloat lane = lane_index();
 
     __global const float *pqu = qu + tensor_offset(squ, b, h, 0);
-    __global const float *pku = ku + tensor_offset(sku, b, h, 0);
     __global const float *pvu = vu + tensor_offset(svu, b, h, 0);
     __global const float *pqc = qc + tensor_offset(sqc, b, h, 0);
-    __global const float *pkc = kc + tensor_offset(skc, b, h, 0);
     __global const float *pvc = vc + tensor_offset(svc, b, h, 0);
     __global float *D = ws + (ulong)bh * Lpad * d;
     __global float *Dlo = ws + ws_dlo + (ulong)bh * Lpad * d;
@@ -280,7 +278,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_forward_block(const int k, FORWARD_BLOCK_PARAMS)
 {
-    __local float lm[LM_SIZE];
+    __local float lm[LM_SIZE] LM_ALIGNED;
     forward_block(lm, k, get_group_id(0), get_group_id(1), FORWARD_BLOCK_ARGS);
 }
 
@@ -291,7 +289,7 @@ void castle_forward_block(const int k, FORWARD_BLOCK_PARAMS)
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_forward_fold(const int unused, FORWARD_BLOCK_PARAMS)
 {
-    __local float lm[LM_SIZE];
+    __local float lm[LM_SIZE] LM_ALIGNED;
     const int N = (L + BLK - 1) / BLK;
     (void)unused;
     for (int k = 0; k < N; ++k)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the kernels under Oclgrind, an OpenCL device simulator that reports data races, out-of-bounds
-# and invalid API use: castle-info's forward self-test (three shapes against the fp64 reference,
+# Runs the kernels under Oclgrind, an OpenCL device simulator that reports data races, out-of-bounds,
+# misaligned loads (the GPU mappings' typed float2 / float4 fragment loads, cl/common.cl) and invalid
+# API use: castle-info's forward self-test (three shapes against the fp64 reference,
 # guard regions included), a forward + backward through castle-run, folded and per-diagonal, under
 # the CPU mapping (with its staging order, stage=1), 4 x 4 scalar register micro-tiles (tm=4 tn=4
 # vector=1) and the built-in GPU entry (with 48 KiB of local memory; both stage=2), a prefill +

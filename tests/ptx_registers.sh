@@ -4,7 +4,8 @@
 # for sm_90 (tools/ptx-report.sh), at head-dimension classes 64 and 128.  A private array indexed at
 # run time (a loop over micro-tiles or slabs left rolled) shows up as a stack frame.  The folded
 # CASTLE backward (255 registers, a few bytes spilled) and class 256 of the causal backward's key
-# side (two d-wide accumulators per work-item) are left out: they do not fit.  Then --from-cache on a
+# side (two d-wide accumulators per work-item) are left out: they do not fit.  And their loads from
+# local memory are vector loads (see below).  Then --from-cache on a
 # cache entry of the library's format (host/bincache.c) that holds PTX, beside one that does not.
 # usage: ptx_registers.sh <build-dir>
 set -euo pipefail
@@ -16,7 +17,18 @@ for class in 64 128; do
     echo "== head-dimension class $class =="
     want=$hot
     [ "$class" = 128 ] && want=${hot/,castle_causal_backward_kv/} # its two accumulators just overflow 255 registers
-    bash "$here/../tools/ptx-report.sh" "$1" --class "$class" --no-stack "$want"
+    out=$(bash "$here/../tools/ptx-report.sh" "$1" --class "$class" --no-stack "$want")
+    echo "$out"
+    # Every hot kernel loads at least 2/3 of the floats it reads from local memory in float2 or float4
+    # loads (lds=S/V2/V4): the fragments' vector loads were not split into scalar ones, which they are
+    # where the compiler cannot prove their alignment (cl/common.cl, LM_ALIGNED; 0% before it).
+    for k in ${hot//,/ }; do
+        awk -v k="$k" '$2 == k { split($NF, a, /[=\/]/); s = a[2]; w = 2 * a[3] + 4 * a[4]
+                                  printf "%s: %d of %d floats from local memory in vector loads\n", k, w, s + w
+                                  found = 1; exit !(s + w > 0 && 3 * w >= 2 * (s + w)) }
+                     END { if (!found) exit 1 }' <<<"$out" ||
+            { echo "class $class: $k loads less than 2/3 of its local-memory floats in vector loads"; exit 1; }
+    done
 done
 echo "== --from-cache =="
 cache=$(mktemp -d)
@@ -44,7 +56,7 @@ head -c 64 /dev/urandom >"$cache/other.payload"
 entry "$cache/fedcba9876543210.bin" "$cache/other.payload"
 out=$(bash "$here/../tools/ptx-report.sh" --from-cache "$cache" --no-stack castle_probe)
 echo "$out"
-grep -qE '^0123456789ab +castle_probe +stack=0 +spill=0 +regs=[0-9]+$' <<<"$out" ||
+grep -qE '^0123456789ab +castle_probe +stack=0 +spill=0 +regs=[0-9]+ +fma=0 lds=0/0/0$' <<<"$out" ||
     { echo "--from-cache: no line for the PTX entry"; exit 1; }
 [ "$(wc -l <<<"$out")" = 1 ] || { echo "--from-cache: a line for the entry that is not PTX"; exit 1; }
 rc=0

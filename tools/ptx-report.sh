@@ -19,7 +19,11 @@
 #              256; default 64); ignored under accum = 1, where every program serves every d
 #   --arch SM  ptxas target (default sm_90)
 #   --no-stack exit 1 unless each kernel named has a stack frame of 0 bytes
-# Prints one line per kernel: family, kernel, stack bytes, spill-store bytes, registers.
+# Prints one line per kernel: family, kernel, stack bytes, spill-store bytes, registers, and the
+# static instruction mix of its PTX: fma (fma.rn.f32) and lds=S/V2/V4, its loads from local memory
+# one, two and four floats wide (a vload4 from local memory that the compiler cannot prove 16-byte
+# aligned becomes four scalar loads; cl/common.cl's LM_ALIGNED).  PTX_KEEP=DIR keeps the sources,
+# PTX, logs and cubins there.
 # Needs clang 15 (Debian's clang-15), libclc-15 (its nvptx64--nvidiacl.bc) and ptxas (the CUDA
 # toolkit); PTX_CLANG, PTX_LIBCLC and PTXAS name them where they are elsewhere.  The program of a
 # family is assembled as the library assembles it (host/program.c): cl/local_memory.h,
@@ -52,15 +56,24 @@ while [ $# -gt 0 ]; do
     esac
 done
 ptxas=${PTXAS:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+work=${PTX_KEEP:-$(mktemp -d)}
+[ -n "${PTX_KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
 status=0
-report_log() { # <label> <ptxas -v log>: one line per kernel, also kept in $work/report
-    awk -v fam="$1" '
+report_log() { # <label> <ptxas -v log> <PTX>: one line per kernel, also kept in $work/report
+    # the PTX's static instruction mix per entry: fma.rn.f32, and ld.shared by width (1, 2, 4 floats)
+    awk '/\.entry/ { k = $0; sub(/.*\.entry[ \t]+/, "", k); sub(/[( \t].*/, "", k) }
+         k && /^[ \t]*(@%p[0-9]+[ \t]+)?fma\.rn\.f32/ { fma[k]++ }
+         k && /^[ \t]*(@%p[0-9]+[ \t]+)?ld\.shared/ { w = /\.v4\./ ? 4 : /\.v2\./ ? 2 : 1; lds[k, w]++ }
+         END { for (e in fma) seen[e] = 1; for (e in lds) { split(e, a, SUBSEP); seen[a[1]] = 1 }
+               for (e in seen) printf "%s fma=%d lds=%d/%d/%d\n", e, fma[e], lds[e, 1], lds[e, 2], lds[e, 4] }' \
+        "$3" >"$work/mix"
+    awk -v fam="$1" -v mixfile="$work/mix" '
+        BEGIN { while ((getline line < mixfile) > 0) { split(line, a, " "); mix[a[1]] = a[2] " " a[3] } }
         /Compiling entry function/ { k = $0; sub(/.*function .\047?/, "", k); sub(/\047.*/, "", k) }
         /bytes stack frame/ { st = $5; sp = $9 }
         /Used [0-9]+ registers/ { for (i = 1; i <= NF; ++i) if ($i == "Used") r = $(i + 1);
-                                  printf "%-9s %-28s stack=%-5s spill=%-5s regs=%s\n", fam, k, st, sp, r }' \
+                                  m = (k in mix) ? mix[k] : "fma=0 lds=0/0/0"
+                                  printf "%-9s %-28s stack=%-5s spill=%-5s regs=%-4s %s\n", fam, k, st, sp, r, m }' \
         "$2" | tee -a "$work/report"
 }
 if [ -n "$cache" ]; then
@@ -81,7 +94,7 @@ if [ -n "$cache" ]; then
             status=1
             continue
         fi
-        report_log "${name:0:12}" "$work/entry.log"
+        report_log "${name:0:12}" "$work/entry.log" "$work/entry.ptx"
     done
     [ "$n" -gt 0 ] || { echo "ptx-report.sh: no PTX program among $cache/*.bin" >&2; exit 1; }
 else
@@ -132,7 +145,7 @@ else
         # ptxas wants a PTX version and target it knows
         sed -i -E "s/^\.version .*/.version 7.8/; s/^\.target .*/.target $arch/" "$work/$family.ptx"
         "$ptxas" -arch="$arch" -v "$work/$family.ptx" -o "$work/$family.cubin" 2>"$work/$family.log"
-        report_log "$family" "$work/$family.log"
+        report_log "$family" "$work/$family.log" "$work/$family.ptx"
     done
 fi
 if [ -n "$nostack" ]; then
