@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# test_gpu_session: tools/gpu-session.sh on the test device at a tiny shape, its --before set a copy
+# of cl/ that cannot build (every barrier() renamed to an undeclared function): the steps of the
+# built kernels pass and land in summary.txt (block kernels in two rounds, each launch's JSON,
+# decode), those of the broken set fail and are reported, exit status 1; --prepare writes a
+# revision's cl/ (where git can); bad usage exits 2.  usage: gpu_session.sh SOURCE_DIR CASTLE_BENCH
+set -u
+root=$1 tool=$1/tools/gpu-session.sh
+fail() { echo "test_gpu_session: $*" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cp -r "$root/cl" "$tmp/broken"
+sed -i '1i #define barrier castle_no_such_function' "$tmp/broken/common.cl"
+out=$(CASTLE_TOOLS=$(dirname "$2") OUT=$tmp/out bash "$tool" --before "$tmp/broken" --L 32 --t 64 --batch 1 \
+    --heads 1 2>&1)
+rc=$?
+[ "$rc" -eq 1 ] || fail "exit status $rc, expected 1:
+$out"
+for s in info bench_now_1 bench_now_2 launches decode; do
+    grep -q "^-- $s: ok in " <<<"$out" || fail "step $s did not pass:
+$out"
+done
+for s in bench_before_1 bench_before_2 decode_before; do
+    grep -q "^-- $s: FAILED (exit 1)" <<<"$out" || fail "step $s (the broken kernels) was not reported failed:
+$out"
+done
+grep -q "^gpu-session.sh: 3 step(s) failed" <<<"$out" || fail "no count of the failed steps:
+$out"
+sum=$tmp/out/summary.txt
+for w in "op=forward impl=castle .* step=bench_now_1" "op=backward impl=causal .* step=bench_now_2" \
+    "op=decode impl=swl .*t=64 .* step=decode"; do
+    grep -q "^$w\$" "$sum" || fail "summary.txt has no line '$w':
+$(cat "$sum")"
+done
+! grep -q "step=bench_before" "$sum" || fail "summary.txt has lines of the broken set"
+grep -q '"launch_ms"' "$tmp/out/launches.txt" || fail "launches.txt has no per-launch times"
+ls "$tmp/out/kc_now"/*.bin >/dev/null 2>&1 || fail "no binary cache entries in kc_now"
+if git -C "$root" rev-parse --verify -q HEAD >/dev/null; then
+    bash "$tool" --prepare HEAD "$tmp/prep" >/dev/null || fail "--prepare HEAD failed"
+    [ -f "$tmp/prep/common.cl" ] && [ -f "$tmp/prep/forward.cl" ] || fail "--prepare HEAD wrote no cl/ copy"
+fi
+bash "$tool" --help | grep -q "^usage: tools/gpu-session.sh" || fail "--help prints no usage"
+for args in "--L x" "--L 0" "--before $tmp/none" "--bogus" "--prepare" "--budget"; do
+    # shellcheck disable=SC2086
+    bash "$tool" $args >/dev/null 2>&1
+    rc=$?
+    [ "$rc" -eq 2 ] || fail "'$args': exit status $rc, expected 2"
+done
+echo "test_gpu_session: passed"

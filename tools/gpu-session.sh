@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# gpu-session.sh: the measurements a session with a lent GPU makes, in one run, so that its few
+# minutes of device time go to measuring and none to typing: the self-test, the block kernels with
+# per-kernel profiles (the kernels as built and, with --before, an earlier copy of cl/ for an A/B in
+# the same run), decode at a long cache, and PyTorch's anchors where they are bundled.  Each kernel
+# set builds into its own binary cache under OUT, which brings the driver's PTX back for
+# tools/ptx-report.sh --from-cache.  Every step has a time limit; a step that fails or times out is
+# reported and the next one runs.
+#
+# usage: tools/gpu-session.sh [--before DIR] [--L N] [--t N] [--batch N] [--heads N] [--budget S]
+#   --before DIR  a copy of an earlier cl/ (tools/gpu-session.sh --prepare REV makes one) to time
+#                 against the built kernels, alternating, in the same run
+#   --L N, --t N  sequence length of the block kernels (4096) and cache length of decode (32768)
+#   --batch N, --heads N  batch entries and heads (2, 16: docs/performance.md's GPU shape)
+#   --budget S    skip the steps that would start after S seconds (default 420)
+#        tools/gpu-session.sh --prepare REV [DIR]
+#   writes REV's cl/ (git archive) to DIR (default .bundle/cl_before), for --before
+# Output: OUT (default ./gpu-session-out), one file per step (*.txt; launches.txt is castle-bench's
+# JSON with each launch's work-groups and time), summary.txt (every timing line), and the caches
+# kc_*; with $OUT set (the device tool's folder) everything lands there.  Tools are taken from
+# CASTLE_TOOLS, else build/tools, else the bundle's build (/tmp/castle-gpu/build/tools, where
+# .bundle/run.sh puts it).
+# On the GPU machine: bash .bundle/run.sh bash tools/gpu-session.sh --before .bundle/cl_before
+set -uo pipefail
+usage() { # [status]: 0 to stdout (--help), else to stderr
+    local status=${1:-2}
+    sed -n '/^# usage:/,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&$((status == 0 ? 1 : 2))
+    exit "$status"
+}
+bad() { echo "gpu-session.sh: $*" >&2; exit 2; }
+if [ "${1:-}" = --prepare ]; then
+    rev=${2:-}
+    [ -n "$rev" ] || bad "--prepare needs a revision"
+    dir=${3:-.bundle/cl_before}
+    root=$(cd "$(dirname "$0")/.." && pwd)
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    git -C "$root" archive "$rev" cl | tar -x -C "$tmp" || bad "git archive $rev cl failed"
+    rm -rf "$dir" && mkdir -p "$(dirname "$dir")" && mv "$tmp/cl" "$dir" || bad "cannot write $dir"
+    echo "gpu-session.sh: $rev's cl/ in $dir"
+    exit 0
+fi
+before= L=4096 t=32768 batch=2 heads=16 budget=420
+num() { [[ $2 =~ ^[1-9][0-9]*$ ]] || bad "$1 needs a positive integer, not '$2'"; }
+while [ $# -gt 0 ]; do
+    case $1 in
+    -h | --help) usage 0 ;;
+    --before) [ $# -ge 2 ] || bad "--before needs a folder"; before=$2; shift 2 ;;
+    --L | --t | --batch | --heads | --budget)
+        [ $# -ge 2 ] || bad "$1 needs a value"
+        num "$1" "$2"
+        case $1 in --L) L=$2 ;; --t) t=$2 ;; --batch) batch=$2 ;; --heads) heads=$2 ;; --budget) budget=$2 ;; esac
+        shift 2 ;;
+    *) bad "unknown option $1" ;;
+    esac
+done
+[ -z "$before" ] || [ -f "$before/common.cl" ] || bad "--before $before: not a copy of cl/ (no common.cl)"
+[ -z "$before" ] || before=$(cd "$before" && pwd)
+tools=${CASTLE_TOOLS:-}
+if [ -z "$tools" ]; then
+    for d in "$(dirname "$0")/../build/tools" /tmp/castle-gpu/build/tools; do
+        [ -x "$d/castle-bench" ] && { tools=$(cd "$d" && pwd); break; }
+    done
+fi
+[ -n "$tools" ] && [ -x "$tools/castle-bench" ] || bad "no castle-bench (set CASTLE_TOOLS)"
+out=${OUT:-gpu-session-out}
+mkdir -p "$out" || bad "cannot create $out"
+out=$(cd "$out" && pwd)
+start=$SECONDS failed=0
+step() { # <name> <limit s> <command...>: output to $out/<name>.txt, the outcome on stdout
+    local name=$1 limit=$2 rc=0 t0=$SECONDS
+    shift 2
+    if ((SECONDS - start >= budget)); then
+        echo "-- $name: skipped (budget of $budget s spent)"
+        return
+    fi
+    timeout "$limit" "$@" >"$out/$name.txt" 2>&1 || rc=$?
+    if [ $rc = 0 ]; then
+        echo "-- $name: ok in $((SECONDS - t0)) s"
+    else
+        failed=$((failed + 1))
+        echo "-- $name: FAILED (exit $rc$([ $rc = 124 ] && echo ", over $limit s")) in $((SECONDS - t0)) s; its last lines:"
+        tail -5 "$out/$name.txt" | sed 's/^/   /'
+    fi
+}
+shape=(--batch "$batch" --heads "$heads")
+bench() { # <kernel set: now|before>: cmd = castle-bench on the block kernels, with per-kernel profiles
+    cmd=(env CASTLE_CACHE_DIR="$out/kc_$1")
+    [ "$1" = before ] && cmd+=(CASTLE_CL_DIR="$before")
+    cmd+=("$tools/castle-bench" --L "$L" "${shape[@]}" --repeat 5 --gemm 0 --profile)
+}
+echo "gpu-session.sh: tools $tools, output $out, L=$L t=$t B=$batch H=$heads${before:+, before: $before}"
+step info 120 env CASTLE_CACHE_DIR="$out/kc_now" "$tools/castle-info"
+for round in 1 2; do # alternating, so that a drift of the device's clocks shows as such
+    bench now
+    step "bench_now_$round" 200 "${cmd[@]}" --ops forward,backward --impls castle,swl,causal
+    if [ -n "$before" ]; then
+        bench before
+        step "bench_before_$round" 200 "${cmd[@]}" --ops forward,backward --impls castle,swl,causal
+    fi
+done
+# each launch's work-groups and time (launch_groups, launch_ms): how the wavefront fills the device
+bench now
+step launches 120 "${cmd[@]}" --ops forward,backward --impls castle --json
+step decode 120 env CASTLE_CACHE_DIR="$out/kc_now" "$tools/castle-bench" --t "$t" "${shape[@]}" --ops decode \
+    --impls castle,swl,causal --repeat 10 --gemm 0
+[ -n "$before" ] && step decode_before 120 env CASTLE_CL_DIR="$before" CASTLE_CACHE_DIR="$out/kc_before" \
+    "$tools/castle-bench" --t "$t" "${shape[@]}" --ops decode --impls castle,swl,causal --repeat 10 --gemm 0
+anchors=$(dirname "$0")/../.bundle/anchors.py
+if [ -f "$anchors" ] && python3 -c "import torch" 2>/dev/null; then
+    step anchors 120 python3 "$anchors" --L "$L" --batch "$batch" --heads "$heads"
+fi
+# the summary: every castle-bench line of the bench and decode steps, tagged by step
+for f in "$out"/bench_*.txt "$out"/decode*.txt "$out"/anchors.txt; do
+    [ -f "$f" ] || continue
+    grep -E '^(op=|anchor=)' "$f" | grep -v '^op=.*launch_' | sed "s/\$/ step=$(basename "$f" .txt)/"
+done >"$out/summary.txt"
+echo "gpu-session.sh: $failed step(s) failed, $((SECONDS - start)) s; summary in $out/summary.txt" \
+    "(then tools/ptx-report.sh --from-cache $out/kc_now here)"
+cat "$out/summary.txt"
+[ $failed = 0 ]
