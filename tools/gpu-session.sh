@@ -14,7 +14,8 @@
 #   --batch N, --heads N  batch entries and heads (2, 16: docs/performance.md's GPU shape)
 #   --budget S    skip the steps that would start after S seconds (default 420)
 #        tools/gpu-session.sh --prepare REV [DIR]
-#   writes REV's cl/ (git archive) to DIR (default .bundle/cl_before), for --before
+#   writes REV's cl/ (git archive) to DIR (default .bundle/cl_before), for --before; run it after
+#   making the bundle, which starts from an empty .bundle
 # Output: OUT (default ./gpu-session-out), one file per step (*.txt; launches.txt is castle-bench's
 # JSON with each launch's work-groups and time), summary.txt (every timing line), and the caches
 # kc_*; with $OUT set (the device tool's folder) everything lands there.  Tools are taken from
