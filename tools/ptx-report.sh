@@ -32,7 +32,7 @@
 set -euo pipefail
 usage() { # [status]: 0 to stdout (--help), else to stderr
     local status=${1:-2}
-    sed -n '9,22p' "$0" | sed 's/^# \{0,1\}//' >&$((status == 0 ? 1 : 2))
+    sed -n '/^# usage:/,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&$((status == 0 ? 1 : 2))
     exit "$status"
 }
 case ${1:--h} in -h | --help) usage 0 ;; esac
@@ -43,6 +43,7 @@ if [ "$1" = --from-cache ]; then
 else
     build=$1
     shift
+    [ -d "$build" ] || { echo "ptx-report.sh: $build is not a build directory" >&2; usage; }
 fi
 tuning= class=64 arch=sm_90 nostack=
 while [ $# -gt 0 ]; do
@@ -58,6 +59,8 @@ done
 ptxas=${PTXAS:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}
 work=${PTX_KEEP:-$(mktemp -d)}
 [ -n "${PTX_KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
+mkdir -p "$work"
+: >"$work/report" # this run's lines only (--no-stack reads them), also in a kept folder
 status=0
 report_log() { # <label> <ptxas -v log> <PTX>: one line per kernel, also kept in $work/report
     # the PTX's static instruction mix per entry: fma.rn.f32, and ld.shared by width (1, 2, 4 floats)
