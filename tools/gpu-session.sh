@@ -85,28 +85,30 @@ step() { # <name> <limit s> <command...>: output to $out/<name>.txt, the outcome
     fi
 }
 shape=(--batch "$batch" --heads "$heads")
-bench() { # <kernel set: now|before>: cmd = castle-bench on the block kernels, with per-kernel profiles
+bench() { # <kernel set: now|before>: cmd = castle-bench on that set's kernels and binary cache
     cmd=(env CASTLE_CACHE_DIR="$out/kc_$1")
     [ "$1" = before ] && cmd+=(CASTLE_CL_DIR="$before")
-    cmd+=("$tools/castle-bench" --L "$L" "${shape[@]}" --repeat 5 --gemm 0 --profile)
+    cmd+=("$tools/castle-bench" "${shape[@]}" --gemm 0)
 }
+sets=(now)
+[ -n "$before" ] && sets+=(before)
 echo "gpu-session.sh: tools $tools, output $out, L=$L t=$t B=$batch H=$heads${before:+, before: $before}"
 step info 120 env CASTLE_CACHE_DIR="$out/kc_now" "$tools/castle-info"
 for round in 1 2; do # alternating, so that a drift of the device's clocks shows as such
-    bench now
-    step "bench_now_$round" 200 "${cmd[@]}" --ops forward,backward --impls castle,swl,causal
-    if [ -n "$before" ]; then
-        bench before
-        step "bench_before_$round" 200 "${cmd[@]}" --ops forward,backward --impls castle,swl,causal
-    fi
+    for set in "${sets[@]}"; do
+        bench "$set"
+        step "bench_${set}_$round" 200 "${cmd[@]}" --L "$L" --repeat 5 --profile --ops forward,backward \
+            --impls castle,swl,causal
+    done
 done
 # each launch's work-groups and time (launch_groups, launch_ms): how the wavefront fills the device
 bench now
-step launches 120 "${cmd[@]}" --ops forward,backward --impls castle --json
-step decode 120 env CASTLE_CACHE_DIR="$out/kc_now" "$tools/castle-bench" --t "$t" "${shape[@]}" --ops decode \
-    --impls castle,swl,causal --repeat 10 --gemm 0
-[ -n "$before" ] && step decode_before 120 env CASTLE_CL_DIR="$before" CASTLE_CACHE_DIR="$out/kc_before" \
-    "$tools/castle-bench" --t "$t" "${shape[@]}" --ops decode --impls castle,swl,causal --repeat 10 --gemm 0
+step launches 120 "${cmd[@]}" --L "$L" --repeat 5 --profile --ops forward,backward --impls castle --json
+for set in "${sets[@]}"; do
+    bench "$set"
+    step "decode$([ "$set" = now ] || echo "_$set")" 120 "${cmd[@]}" --t "$t" --ops decode --impls castle,swl,causal \
+        --repeat 10
+done
 anchors=$(dirname "$0")/../.bundle/anchors.py
 if [ -f "$anchors" ] && python3 -c "import torch" 2>/dev/null; then
     step anchors 120 python3 "$anchors" --L "$L" --batch "$batch" --heads "$heads"
