@@ -183,12 +183,12 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 gv[m][e] = gg;
                 VSTORE(gg, sG + rr * BLK + cv);
                 store_column(sGt, cv, rr, gg);
-                VSTORE(VLOAD(X + rr * BLK + cv), sY + rr * BLK + cv); /* rows t, columns j' */
+                VSTORE(GVLOAD(X + rr * BLK + cv), sY + rr * BLK + cv); /* rows t, columns j' */
             }
         }
     if (gate) /* Yt: the forward's X^T */
         FOR_SHARE(e, BLK * BLK / VW)
-            VSTORE(VLOAD(XT + e * VW), sYt + e * VW);
+            VSTORE(GVLOAD(XT + e * VW), sYt + e * VW);
     barrier(CLK_LOCAL_MEM_FENCE);
 
     /* Phase B: roll D_j back to D_j^(k) (into W and the k-major tile T6: exactly the D_j the forward

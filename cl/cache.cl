@@ -214,9 +214,9 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
 #define DPRE (DEC == 2 && DRP * ACCQ <= DEC_PRE_QUADS)
 #endif
 #if DPRE
-#define DQUAD(arr, r, i, q, row) arr[r][i]
+#define DQUAD(arr, r, i, q, row, al) arr[r][i]
 #else
-#define DQUAD(arr, r, i, q, row) vload4(q, row)
+#define DQUAD(arr, r, i, q, row, al) gload4(q, row, al)
 #endif
 
 /* Work-group (g, bh) owns rows [g S, g S + S) of sequence bh, cached or appended by the call, and
@@ -255,12 +255,14 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
     __global float *VC = cvc + (ulong)bh * cap * d;
     __global const float *QU = cqu + (ulong)bh * R * d;
     __global const float *in_qu = qu + tensor_offset(squ, b, h, 0); /* qU of rows >= P (not in the ring yet) */
+    const bool al = (d & 3) == 0 && GALIGNED(cu) && GALIGNED(ckc) && GALIGNED(cvc); /* the rows of U, KC, VC */
     /* the tokens t >= s0 (the earlier ones see none of this group's rows); uniform bounds */
     for (int row = max(0, s0 - P); row < n; ++row) {
         const int t = P + row;
         const int s1 = min(s0 + S, t + 1);
         __global const float *in_kc = kc + tensor_offset(skc, b, h, row);
         __global const float *in_vc = vc + tensor_offset(svc, b, h, row);
+        const bool al_in = GALIGNED(in_vc);
         {
             __global const float *in_qc = qc + tensor_offset(sqc, b, h, row);
             __global const float *in_ku = ku + tensor_offset(sku, b, h, row);
@@ -298,10 +300,10 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                     ACC_UNROLL for (int i = 0; i < ACCQ; ++i) {
                         const int q = lane + DLN * i;
                         if (q < nq) {
-                            dv[r][i] = vload4(q, vrow);
+                            dv[r][i] = gload4(q, vrow, s == t ? al_in : al);
                             if (s < t) {
-                                du[r][i] = vload4(q, U + (ulong)s * d);
-                                dk[r][i] = vload4(q, KC + (ulong)s * d);
+                                du[r][i] = gload4(q, U + (ulong)s * d, al);
+                                dk[r][i] = gload4(q, KC + (ulong)s * d, al);
                             }
                         }
                     }
@@ -336,14 +338,14 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                         const int q = lane + DLN * i;
                         if (q >= nq)
                             break;
-                        float4 u = DQUAD(du, r, i, q, urow);
+                        float4 u = DQUAD(du, r, i, q, urow, al);
                         const float4 qq = vload4(q, lq);
                         if (upd) {
                             u += gate * vload4(q, lv);
-                            vstore4(u, q, urow);
+                            gstore4(u, q, urow, al);
                         }
                         x4 += qq * u;
-                        k4 += qq * DQUAD(dk, r, i, q, krow);
+                        k4 += qq * DQUAD(dk, r, i, q, krow, al);
                     }
                     px = (x4.x + x4.y) + (x4.z + x4.w);
                     pk = (k4.x + k4.y) + (k4.z + k4.w);
@@ -386,7 +388,7 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                     const int q = lane + DLN * i;
                     if (q >= nq)
                         break;
-                    acc4[i] = acc4[i] * alpha + p * DQUAD(dv, r, i, q, vrow);
+                    acc4[i] = acc4[i] * alpha + p * DQUAD(dv, r, i, q, vrow, s == t ? al_in : al);
                 }
                 for (int i = 0; i < ACCT; ++i) {
                     const int c = 4 * nq + lane + DLN * i;

@@ -68,6 +68,43 @@
 #define LM_ALIGNED
 #endif
 
+/* float4 q of a row of floats in global memory.  vload4 and vstore4 need only a float's alignment,
+   so a GPU compiler that cannot prove more splits each into four scalar accesses (clang's NVPTX back
+   end: four ld.global.f32).  gload4 (q, p, al) and gstore4 (v, q, p, al) make a typed float4 access
+   at p + 4 q where al says p is 16-byte aligned (GALIGNED(p); then so is p + 4 q): every row of the
+   caches and of the workspace when d is a multiple of 4, and the rows of a tensor whose base and row
+   stride are multiples of 4 floats.  Elsewhere (d = 33, say) they access the four floats one by one.
+   A caller tests a pointer once, outside its loops, so that a compiler can take the test out of them.
+   Under the GPU mappings (VW <= 4) only; under the CPU mappings they are vload4 and vstore4 (a CPU
+   loads an unaligned vector as fast).  GVLOAD and GVSTORE (below) are VLOAD and VSTORE for global
+   memory, through them under float4 columns. */
+#if VW <= 4
+#define GALIGNED(p) ((((ulong)(p)) & 15) == 0)
+inline float4 gload4(const size_t q, __global const float *p, const bool al)
+{
+    __global const float *a = p + 4 * q;
+    if (al)
+        return *(__global const float4 *)a;
+    return (float4)(a[0], a[1], a[2], a[3]);
+}
+inline void gstore4(const float4 v, const size_t q, __global float *p, const bool al)
+{
+    __global float *a = p + 4 * q;
+    if (al) {
+        *(__global float4 *)a = v;
+    } else {
+        a[0] = v.x;
+        a[1] = v.y;
+        a[2] = v.z;
+        a[3] = v.w;
+    }
+}
+#else
+#define GALIGNED(p) false
+#define gload4(q, p, al) ((void)(al), vload4((q), (p)))
+#define gstore4(v, q, p, al) ((void)(al), vstore4((v), (q), (p)))
+#endif
+
 #define KS (BLK + 4)    /* padded, vector-aligned row stride of a k-major BLK x DT tile (stage_tile_ks) */
 
 /* Dot products accumulate in VW-wide vectors and are summed across lanes once: explicit SIMD for
@@ -122,6 +159,13 @@ inline float vsum(float16 v)
 }
 #else
 #error "VW must be 1, 4, 8 or 16"
+#endif
+#if VW == 4
+#define GVLOAD(p) gload4(0, (p), GALIGNED(p))
+#define GVSTORE(v, p) gstore4((v), 0, (p), GALIGNED(p))
+#else
+#define GVLOAD(p) VLOAD(p)
+#define GVSTORE(v, p) VSTORE(v, p)
 #endif
 #if (BLK % VW) != 0 || (DT % VW) != 0
 #error "VW must divide BLK and DT"
@@ -513,11 +557,11 @@ __attribute__((always_inline)) inline void store_column(__local float *m, const 
         PART_STORE_##w(v, p, n);                                                                                   \
     }
 #define CASTLE_LOAD_2(p) CASTLE_LOAD_W(2, p)
-#define CASTLE_LOAD_4(p) CASTLE_LOAD_W(4, p)
+#define CASTLE_LOAD_4(p) gload4(0, (p), GALIGNED(p))
 #define CASTLE_LOAD_8(p) CASTLE_LOAD_W(8, p)
 #define CASTLE_LOAD_16(p) CASTLE_LOAD_W(16, p)
 #define CASTLE_STORE_2(v, p) CASTLE_STORE_W(2, v, p)
-#define CASTLE_STORE_4(v, p) CASTLE_STORE_W(4, v, p)
+#define CASTLE_STORE_4(v, p) gstore4((v), 0, (p), GALIGNED(p))
 #define CASTLE_STORE_8(v, p) CASTLE_STORE_W(8, v, p)
 #define CASTLE_STORE_16(v, p) CASTLE_STORE_W(16, v, p)
 CASTLE_PART_FNS(1, float, CASTLE_LOAD_1, CASTLE_STORE_1)
@@ -664,7 +708,7 @@ __attribute__((always_inline)) inline void stage_tile_t(__local float *t, const 
     const int nv = BLK / VW; /* vectors per column */
     FOR_SHARE(e, w * nv) {
         const int c = e / nv, r = (e - c * nv) * VW;
-        const vfloat x = c0 + c < d ? VLOAD(xt + ((ulong)n * d + c0 + c) * BLK + r) : (vfloat)(0.0f);
+        const vfloat x = c0 + c < d ? GVLOAD(xt + ((ulong)n * d + c0 + c) * BLK + r) : (vfloat)(0.0f);
         VSTORE(x, t + c * ks + r);
     }
 }
@@ -704,7 +748,7 @@ void castle_transpose_blocks(const int L, const int d, const int H, const int q0
         FOR_SHARE(e, DT * nv) {
             const int c = e / nv, r = (e - c * nv) * VW;
             if (c0 + c < d)
-                VSTORE(VLOAD(lm + c * KS + r), xt + ((ulong)n * d + c0 + c) * BLK + r);
+                GVSTORE(VLOAD(lm + c * KS + r), xt + ((ulong)n * d + c0 + c) * BLK + r);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (c0 + DT >= d)

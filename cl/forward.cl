@@ -140,18 +140,18 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
                                             VISLESSEQ(lane + (float)cv, (vfloat)(float)rr) &
                                                 VISLESS(jp, (vfloat)(float)L));
                     store_column(sXt, cv, rr, x);
-                    VSTORE(x, X + rr * BLK + cv);
+                    GVSTORE(x, X + rr * BLK + cv);
                 }
             }
         }
         if (k > 0) /* the transpose written at k = 0 (below): vector copies */
             FOR_SHARE(e, BLK * BLK / VW)
-                VSTORE(VLOAD(XT + e * VW), sXt + e * VW);
+                VSTORE(GVLOAD(XT + e * VW), sXt + e * VW);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (k == 0) /* X^T for the later steps of row block i and the backward */
         FOR_SHARE(e, BLK * BLK / VW)
-            VSTORE(VLOAD(sXt + e * VW), XT + e * VW);
+            GVSTORE(VLOAD(sXt + e * VW), XT + e * VW);
 
     /* Phase 3: SU = sc QC D_j + (X masked j' <= t) G^T and the scores A[T_i, T_j] (rows t, columns
        s), stored transposed.  The X G^T product stops at the diagonal (mt_product_lower). */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the kernels under Oclgrind, an OpenCL device simulator that reports data races, out-of-bounds,
-# misaligned loads (the GPU mappings' typed float2 / float4 fragment loads, cl/common.cl) and invalid
+# misaligned loads (the GPU mappings' typed float2 / float4 fragment loads and their float4 accesses
+# to global memory, cl/common.cl; the GPU entry also at d = 18, whose rows are not aligned) and invalid
 # API use: castle-info's forward self-test (three shapes against the fp64 reference,
 # guard regions included), a forward + backward through castle-run, folded and per-diagonal, under
 # the CPU mapping (with its staging order, stage=1), 4 x 4 scalar register micro-tiles (tm=4 tn=4
@@ -54,7 +55,8 @@ CASTLE_TUNING=block=16,threads=128,dchunk=16,vector=1,tm=1,tn=1 og "$build/tools
     --out "$work/decgpu" --prompt 30 --chunk 3 --window 5 || report "castle-run decode (GPU mapping) failed under Oclgrind"
 # the built-in GPU entry itself (castle-info --table's nvidia-gpu, which AMD, Intel and the default
 # share), with the 48 KiB of local memory it needs: 2 x 4 tiles of float4 columns in the block
-# kernels (folded and per-diagonal), the team decode (decode=2) on float4 columns, the causal baseline
+# kernels (folded and per-diagonal), the team decode (decode=2) on float4 columns (and both at d = 18,
+# whose rows are not 16-byte aligned), the causal baseline
 entry=$("$build/tools/castle-info" --table | awk -F'\t' '$1 == "nvidia-gpu" { print $2 }')
 [ -n "$entry" ] || report "castle-info --table lists no nvidia-gpu entry"
 og48() { og --local-mem-size 49152 "$@"; }
@@ -66,6 +68,13 @@ cmp -s "$work/ent0/dqu.npy" "$work/ent8/dqu.npy" ||
     report "folded and per-diagonal backward differ under Oclgrind (GPU entry)"
 CASTLE_TUNING=$entry og48 "$build/tools/castle-run" decode --in "$work/in" --out "$work/decent" --prompt 30 --chunk 3 \
     --window 5 || report "castle-run decode (GPU entry) failed under Oclgrind"
+# rows that are not 16-byte aligned (d = 18): the GPU mappings' global float4 accesses
+# (cl/common.cl's gload4) must take their float-by-float path there, or Oclgrind reports them
+"$build/tools/castle-run" random --shape 1,2,21,18 --out "$work/in18" >/dev/null
+CASTLE_TUNING=$entry og48 "$build/tools/castle-run" backward --in "$work/in18" --out "$work/ent18" ||
+    report "castle-run backward at d = 18 (GPU entry) failed under Oclgrind"
+CASTLE_TUNING=$entry og48 "$build/tools/castle-run" decode --in "$work/in18" --out "$work/dec18" --prompt 9 --chunk 3 ||
+    report "castle-run decode at d = 18 (GPU entry) failed under Oclgrind"
 CASTLE_TUNING=$entry og48 "$build/tools/castle-bench" --impls causal --L 40 --t 40 --heads 2 --repeat 1 --gemm 0 \
     >/dev/null || report "castle-bench (causal, GPU entry) failed under Oclgrind"
 # prompts of different lengths: the cache's gated U pass (castle_cache_prefill_u), on both mappings

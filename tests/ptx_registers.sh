@@ -5,7 +5,8 @@
 # run time (a loop over micro-tiles or slabs left rolled) shows up as a stack frame.  The folded
 # CASTLE backward (255 registers, a few bytes spilled) and class 256 of the causal backward's key
 # side (two d-wide accumulators per work-item) are left out: they do not fit.  And their loads from
-# local memory are vector loads (see below).  Then --from-cache on a
+# local memory are vector loads, and those that read tiles or cache rows from global memory have a
+# float4 path for them (see below).  Then --from-cache on a
 # cache entry of the library's format (host/bincache.c) that holds PTX, beside one that does not.
 # usage: ptx_registers.sh <build-dir>
 set -euo pipefail
@@ -23,11 +24,22 @@ for class in 64 128; do
     # loads (lds=S/V2/V4): the fragments' vector loads were not split into scalar ones, which they are
     # where the compiler cannot prove their alignment (cl/common.cl, LM_ALIGNED; 0% before it).
     for k in ${hot//,/ }; do
-        awk -v k="$k" '$2 == k { split($NF, a, /[=\/]/); s = a[2]; w = 2 * a[3] + 4 * a[4]
+        awk -v k="$k" '$2 == k { for (i = 1; i <= NF; ++i) if ($i ~ /^lds=/) split($i, a, /[=\/]/)
+                                  s = a[2]; w = 2 * a[3] + 4 * a[4]
                                   printf "%s: %d of %d floats from local memory in vector loads\n", k, w, s + w
                                   found = 1; exit !(s + w > 0 && 3 * w >= 2 * (s + w)) }
                      END { if (!found) exit 1 }' <<<"$out" ||
             { echo "class $class: $k loads less than 2/3 of its local-memory floats in vector loads"; exit 1; }
+    done
+    # The kernels that stage tiles or stream cache rows from global memory have float4 global loads
+    # (ldg=S/V2/V4, V4 > 0): cl/common.cl's gload4 for 16-byte aligned rows.  A typed load and a
+    # vload4 of the same address merged into one load of a float's alignment would leave none.
+    for k in castle_forward_block castle_backward_block castle_causal_forward castle_causal_backward_q \
+        castle_causal_backward_kv castle_cache_decode_attend castle_cache_prefill_u; do
+        awk -v k="$k" '$2 == k { for (i = 1; i <= NF; ++i) if ($i ~ /^ldg=/) split($i, a, /[=\/]/)
+                                  printf "%s: %d float4 global loads\n", k, a[4]; found = 1; exit !(a[4] > 0) }
+                     END { if (!found) exit 1 }' <<<"$out" ||
+            { echo "class $class: $k has no float4 loads from global memory"; exit 1; }
     done
 done
 echo "== --from-cache =="
@@ -56,7 +68,7 @@ head -c 64 /dev/urandom >"$cache/other.payload"
 entry "$cache/fedcba9876543210.bin" "$cache/other.payload"
 out=$(bash "$here/../tools/ptx-report.sh" --from-cache "$cache" --no-stack castle_probe)
 echo "$out"
-grep -qE '^0123456789ab +castle_probe +stack=0 +spill=0 +regs=[0-9]+ +fma=0 lds=0/0/0$' <<<"$out" ||
+grep -qE '^0123456789ab +castle_probe +stack=0 +spill=0 +regs=[0-9]+ +fma=0 lds=0/0/0 ldg=0/0/0$' <<<"$out" ||
     { echo "--from-cache: no line for the PTX entry"; exit 1; }
 [ "$(wc -l <<<"$out")" = 1 ] || { echo "--from-cache: a line for the entry that is not PTX"; exit 1; }
 rc=0

@@ -20,10 +20,11 @@
 #   --arch SM  ptxas target (default sm_90)
 #   --no-stack exit 1 unless each kernel named has a stack frame of 0 bytes
 # Prints one line per kernel: family, kernel, stack bytes, spill-store bytes, registers, and the
-# static instruction mix of its PTX: fma (fma.rn.f32) and lds=S/V2/V4, its loads from local memory
+# static instruction mix of its PTX: fma (fma.rn.f32), lds=S/V2/V4, its loads from local memory
 # one, two and four floats wide (a vload4 from local memory that the compiler cannot prove 16-byte
-# aligned becomes four scalar loads; cl/common.cl's LM_ALIGNED).  PTX_KEEP=DIR keeps the sources,
-# PTX, logs and cubins there.
+# aligned becomes four scalar loads; cl/common.cl's LM_ALIGNED), and ldg=S/V2/V4, its loads from
+# global memory by width (cl/common.cl's gload4).  PTX_KEEP=DIR keeps the sources, PTX, logs and
+# cubins there.
 # Needs clang 15 (Debian's clang-15), libclc-15 (its nvptx64--nvidiacl.bc) and ptxas (the CUDA
 # toolkit); PTX_CLANG, PTX_LIBCLC and PTXAS name them where they are elsewhere.  The program of a
 # family is assembled as the library assembles it (host/program.c): cl/local_memory.h,
@@ -63,19 +64,22 @@ mkdir -p "$work"
 : >"$work/report" # this run's lines only (--no-stack reads them), also in a kept folder
 status=0
 report_log() { # <label> <ptxas -v log> <PTX>: one line per kernel, also kept in $work/report
-    # the PTX's static instruction mix per entry: fma.rn.f32, and ld.shared by width (1, 2, 4 floats)
+    # the PTX's static instruction mix per entry: fma.rn.f32, ld.shared and ld.global by width (1, 2, 4)
     awk '/\.entry/ { k = $0; sub(/.*\.entry[ \t]+/, "", k); sub(/[( \t].*/, "", k) }
          k && /^[ \t]*(@%p[0-9]+[ \t]+)?fma\.rn\.f32/ { fma[k]++ }
          k && /^[ \t]*(@%p[0-9]+[ \t]+)?ld\.shared/ { w = /\.v4\./ ? 4 : /\.v2\./ ? 2 : 1; lds[k, w]++ }
+         k && /^[ \t]*(@%p[0-9]+[ \t]+)?ld\.global\.(nc\.)?(v[24]\.)?f32/ { w = /\.v4\./ ? 4 : /\.v2\./ ? 2 : 1; ldg[k, w]++ }
          END { for (e in fma) seen[e] = 1; for (e in lds) { split(e, a, SUBSEP); seen[a[1]] = 1 }
-               for (e in seen) printf "%s fma=%d lds=%d/%d/%d\n", e, fma[e], lds[e, 1], lds[e, 2], lds[e, 4] }' \
+               for (e in ldg) { split(e, a, SUBSEP); seen[a[1]] = 1 }
+               for (e in seen) printf "%s fma=%d lds=%d/%d/%d ldg=%d/%d/%d\n", e, fma[e], lds[e, 1], lds[e, 2],
+                                      lds[e, 4], ldg[e, 1], ldg[e, 2], ldg[e, 4] }' \
         "$3" >"$work/mix"
     awk -v fam="$1" -v mixfile="$work/mix" '
-        BEGIN { while ((getline line < mixfile) > 0) { split(line, a, " "); mix[a[1]] = a[2] " " a[3] } }
+        BEGIN { while ((getline line < mixfile) > 0) { split(line, a, " "); mix[a[1]] = a[2] " " a[3] " " a[4] } }
         /Compiling entry function/ { k = $0; sub(/.*function .\047?/, "", k); sub(/\047.*/, "", k) }
         /bytes stack frame/ { st = $5; sp = $9 }
         /Used [0-9]+ registers/ { for (i = 1; i <= NF; ++i) if ($i == "Used") r = $(i + 1);
-                                  m = (k in mix) ? mix[k] : "fma=0 lds=0/0/0"
+                                  m = (k in mix) ? mix[k] : "fma=0 lds=0/0/0 ldg=0/0/0"
                                   printf "%-9s %-28s stack=%-5s spill=%-5s regs=%-4s %s\n", fam, k, st, sp, r, m }' \
         "$2" | tee -a "$work/report"
 }
