@@ -256,6 +256,7 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
     __global const float *QU = cqu + (ulong)bh * R * d;
     __global const float *in_qu = qu + tensor_offset(squ, b, h, 0); /* qU of rows >= P (not in the ring yet) */
     const bool al = (d & 3) == 0 && GALIGNED(cu) && GALIGNED(ckc) && GALIGNED(cvc); /* the rows of U, KC, VC */
+    const bool al_ring = (d & 3) == 0 && GALIGNED(cqu), al_qu = GALIGNED(in_qu) && (squ.z & 3) == 0; /* of qU */
     /* the tokens t >= s0 (the earlier ones see none of this group's rows); uniform bounds */
     for (int row = max(0, s0 - P); row < n; ++row) {
         const int t = P + row;
@@ -310,7 +311,7 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                 }
 #endif
                 __global const float *qrow = s < P ? QU + (ulong)(s % R) * d : in_qu + (ulong)(s - P) * squ.z;
-                rg[r * DNT + lid] = upd ? lane_dot(qrow, lk, lane, DLN, d) : 0.0f;
+                rg[r * DNT + lid] = upd ? lane_dot(qrow, s < P ? al_ring : al_qu, lk, lane, DLN, d) : 0.0f;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             ACC_UNROLL for (int r = 0; r < DRP; ++r) {
@@ -329,7 +330,7 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                         krow[c] = in_kc[c];
                         vrow[c] = in_vc[c];
                     }
-                    pk = lane_dot(in_kc, lq, lane, DLN, d);
+                    pk = lane_dot(in_kc, GALIGNED(in_kc), lq, lane, DLN, d);
                 } else if (valid) {
                     __global float *urow = U + (ulong)s * d;
                     __global const float *krow = KC + (ulong)s * d;

@@ -542,7 +542,7 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
 #endif
             ACC_UNROLL for (int r = 0; r < CC_DQ; ++r)
                 rx[(j * CC_DQ + r) * CC_DNT + lid] =
-                    (r < n && s < s_end && s <= t0 + r) ? lane_dot(pk + (ulong)s * sc_.z, lq + r * CC_DMAX, lane, CD_LN, d) : 0.0f;
+                    (r < n && s < s_end && s <= t0 + r) ? lane_dot(pk + (ulong)s * sc_.z, false, lq + r * CC_DMAX, lane, CD_LN, d) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         ACC_UNROLL for (int j = 0; j < CD_RP; ++j) { /* each team's online softmax, its keys in increasing order */

@@ -791,15 +791,16 @@ inline void pair_add(float *hi, float *lo, float x)
     *lo = l - (*hi - s);
 }
 
-/* Lane `lane` of `lanes`'s part of a . b over d columns, a a row in global memory, b a staged vector:
-   quads q = lane + lanes i (float4; adjacent lanes on adjacent quads) below d / 4, then the d % 4 tail
-   columns 4 (d / 4) + lane + lanes i.  The decode kernels' cross-lane dot products (cache.cl, causal.cl). */
-inline float lane_dot(__global const float *a, __local const float *b, int lane, int lanes, int d)
+/* Lane `lane` of `lanes`'s part of a . b over d columns, a a row in global memory (16-byte aligned
+   where al: gload4), b a staged vector: quads q = lane + lanes i (float4; adjacent lanes on adjacent
+   quads) below d / 4, then the d % 4 tail columns 4 (d / 4) + lane + lanes i.  The decode kernels'
+   cross-lane dot products (cache.cl, causal.cl). */
+inline float lane_dot(__global const float *a, const bool al, __local const float *b, int lane, int lanes, int d)
 {
     const int nq = d >> 2;
     float4 s4 = (float4)(0.0f);
     for (int q = lane; q < nq; q += lanes)
-        s4 += vload4(q, a) * vload4(q, b);
+        s4 += gload4(q, a, al) * vload4(q, b);
     float s = (s4.x + s4.y) + (s4.z + s4.w);
     for (int c = 4 * nq + lane; c < d; c += lanes)
         s += a[c] * b[c];
