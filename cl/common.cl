@@ -74,7 +74,8 @@
    at p + 4 q where al says p is 16-byte aligned (GALIGNED(p); then so is p + 4 q): every row of the
    caches and of the workspace when d is a multiple of 4, and the rows of a tensor whose base and row
    stride are multiples of 4 floats.  Elsewhere (d = 33, say) they access the four floats one by one.
-   A caller tests a pointer once, outside its loops, so that a compiler can take the test out of them.
+   The decode kernels test a row once, outside their loops; the staging helpers (gload_part, GVLOAD,
+   GVSTORE) test each vector's address, a few integer operations beside the access.
    Under the GPU mappings (VW <= 4) only; under the CPU mappings they are vload4 and vstore4 (a CPU
    loads an unaligned vector as fast).  GVLOAD and GVSTORE (below) are VLOAD and VSTORE for global
    memory, through them under float4 columns. */
