@@ -14,6 +14,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 hot=castle_forward_block,castle_forward_fold,castle_backward_block,castle_causal_forward
 hot=$hot,castle_causal_backward_q,castle_causal_backward_kv,castle_causal_decode,castle_cache_decode_attend
 hot=$hot,castle_cache_prefill_u
+widths() { # <kernel> <lds|ldg> <report>: the kernel's S V2 V4 counts of that column
+    awk -v k="$1" -v f="$2" '$2 == k { for (i = 1; i <= NF; ++i) if (index($i, f "=") == 1) {
+                                           split($i, a, /[=\/]/); print a[2], a[3], a[4]; exit } }' <<<"$3"
+}
 for class in 64 128; do
     echo "== head-dimension class $class =="
     want=$hot
@@ -24,11 +28,10 @@ for class in 64 128; do
     # loads (lds=S/V2/V4): the fragments' vector loads were not split into scalar ones, which they are
     # where the compiler cannot prove their alignment (cl/common.cl, LM_ALIGNED; 0% before it).
     for k in ${hot//,/ }; do
-        awk -v k="$k" '$2 == k { for (i = 1; i <= NF; ++i) if ($i ~ /^lds=/) split($i, a, /[=\/]/)
-                                  s = a[2]; w = 2 * a[3] + 4 * a[4]
-                                  printf "%s: %d of %d floats from local memory in vector loads\n", k, w, s + w
-                                  found = 1; exit !(s + w > 0 && 3 * w >= 2 * (s + w)) }
-                     END { if (!found) exit 1 }' <<<"$out" ||
+        read -r s v2 v4 <<<"$(widths "$k" lds "$out")"
+        w=$((2 * ${v2:-0} + 4 * ${v4:-0}))
+        echo "$k: $w of $((${s:-0} + w)) floats from local memory in vector loads"
+        [ -n "$s" ] && [ $((s + w)) -gt 0 ] && [ $((3 * w)) -ge $((2 * (s + w))) ] ||
             { echo "class $class: $k loads less than 2/3 of its local-memory floats in vector loads"; exit 1; }
     done
     # The kernels that stage tiles or stream cache rows from global memory have float4 global loads
@@ -36,10 +39,9 @@ for class in 64 128; do
     # vload4 of the same address merged into one load of a float's alignment would leave none.
     for k in castle_forward_block castle_backward_block castle_causal_forward castle_causal_backward_q \
         castle_causal_backward_kv castle_cache_decode_attend castle_cache_prefill_u; do
-        awk -v k="$k" '$2 == k { for (i = 1; i <= NF; ++i) if ($i ~ /^ldg=/) split($i, a, /[=\/]/)
-                                  printf "%s: %d float4 global loads\n", k, a[4]; found = 1; exit !(a[4] > 0) }
-                     END { if (!found) exit 1 }' <<<"$out" ||
-            { echo "class $class: $k has no float4 loads from global memory"; exit 1; }
+        read -r _ _ v4 <<<"$(widths "$k" ldg "$out")"
+        echo "$k: ${v4:-0} float4 global loads"
+        [ "${v4:-0}" -gt 0 ] || { echo "class $class: $k has no float4 loads from global memory"; exit 1; }
     done
 done
 echo "== --from-cache =="
