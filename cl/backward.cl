@@ -118,7 +118,10 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
          M0 Gt [j'][s]  (scores)  -> P [t][s] (from phase B2 on)
          M1 Yt [j'][t]  (scores)  -> dA [t][s]  -> dZ [s][j'] (after D1)
          M2 G [s][j'], M3 Y [t][j'] -> dY [t][j'] (after C), M4 dAt [s][t] -> dZt [j'][s] (after D1),
-         M5 dSU [t][s], M6 dSUt [s][t], M7 dYt [j'][t]. */
+         M5 dSU [t][s], M6 dSUt [s][t], M7 dYt [j'][t].
+       The transposed copies that serve only as A operands (Yt, dAt, dSUt, dYt, dZt) are not
+       written under MT_AM_ROWS (CPU mappings, common.cl): there the products read Y, dA, dSU, dY
+       and dZ row-major through MT_AM. */
     __local float *sGt = lm, *sYt = lm + BLK * BLK, *sG = lm + 2 * BLK * BLK, *sY = lm + 3 * BLK * BLK;
     __local float *sdAt = lm + 4 * BLK * BLK, *sdSU = lm + 5 * BLK * BLK, *sdSUt = lm + 6 * BLK * BLK;
     __local float *sdYt = lm + 7 * BLK * BLK;
@@ -186,9 +189,11 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 VSTORE(GVLOAD(X + rr * BLK + cv), sY + rr * BLK + cv); /* rows t, columns j' */
             }
         }
+#if !MT_AM_ROWS /* else Y is read row-major (MT_AM) */
     if (gate) /* Yt: the forward's X^T */
         FOR_SHARE(e, BLK * BLK / VW)
             VSTORE(GVLOAD(XT + e * VW), sYt + e * VW);
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
 
     /* Phase B: roll D_j back to D_j^(k) (into W and the k-major tile T6: exactly the D_j the forward
@@ -276,7 +281,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         ACC_UNROLL for (int e = 0; e < MT_ACC; ++e)
             su[e] = k > 0 ? sc * s2[m][e] : (vfloat)(0.0f);
         if (gate) /* X[t][j'] = 0 beyond j' = t */
-            mt_product_lower(su, sYt + row0, BLK, sGt + col0, BLK, row0);
+            mt_product_lower(su, MT_AM(sY, sYt, row0), sGt + col0, BLK, row0);
         ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
             const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
             const int t = t0 + rr;
@@ -299,9 +304,11 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
             VSTORE(s1[m][e], sP + rr * BLK + cv);
             VSTORE(ap[m][e], sdA + rr * BLK + cv);
-            store_column(sdAt, cv, rr, ap[m][e]);
             VSTORE(s2[m][e], sdSU + rr * BLK + cv);
-            store_column(sdSUt, cv, rr, s2[m][e]);
+            if (!MT_AM_ROWS) {
+                store_column(sdAt, cv, rr, ap[m][e]);
+                store_column(sdSUt, cv, rr, s2[m][e]);
+            }
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -314,9 +321,9 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             mt_zero(dy[m]);
             if (diag)
-                mt_product_lower(dy[m], sdSUt + row0, BLK, sG + col0, BLK, row0);
+                mt_product_lower(dy[m], MT_AM(sdSU, sdSUt, row0), sG + col0, BLK, row0);
             else
-                mt_product(dy[m], sdSUt + row0, BLK, sG + col0, BLK, BLK);
+                mt_product(dy[m], MT_AM(sdSU, sdSUt, row0), sG + col0, BLK, BLK);
             ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
                 dy[m][e] = select((vfloat)(0.0f), dy[m][e], VISLESSEQ((float)cv + lane, (vfloat)(float)rr));
@@ -330,7 +337,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
                 VSTORE(dy[m][e], sdY + rr * BLK + cv);
-                store_column(sdYt, cv, rr, dy[m][e]);
+                if (!MT_AM_ROWS)
+                    store_column(sdYt, cv, rr, dy[m][e]);
             }
         }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -364,13 +372,13 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             mt_zero(vq);
             mt_zero(vv);
             if (diag)
-                mt_product_lower(vq, sdAt + row0, BLK, T1 + col0, DT, row0);
+                mt_product_lower(vq, MT_AM(sdA, sdAt, row0), T1 + col0, DT, row0);
             else
-                mt_product(vq, sdAt + row0, BLK, T1 + col0, DT, BLK);
+                mt_product(vq, MT_AM(sdA, sdAt, row0), T1 + col0, DT, BLK);
             if (k > 0)
-                mt_product(vq, sdSUt + row0, BLK, T6 + col0, DT, BLK);
+                mt_product(vq, MT_AM(sdSU, sdSUt, row0), T6 + col0, DT, BLK);
             if (gate) {
-                mt_product_lower(vq, sdYt + row0, BLK, T3 + col0, DT, row0);
+                mt_product_lower(vq, MT_AM(sdY, sdYt, row0), T3 + col0, DT, row0);
                 if (W) /* G[s][j'] = 0 unless j' - W <= s < j' */
                     mt_product_band(vv, sG + row0, BLK, T5 + col0, DT, row0, kb - Wb, kb);
                 else if (diag)
@@ -426,7 +434,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 const vfloat dz = select((vfloat)(0.0f), g[m][e] * gv[m][e] * ((vfloat)(1.0f) - gv[m][e]),
                                          isnotequal(gv[m][e], (vfloat)(0.0f)));
                 VSTORE(dz, sdZ + rr * BLK + cv);
-                store_column(sdZt, cv, rr, dz);
+                if (!MT_AM_ROWS)
+                    store_column(sdZt, cv, rr, dz);
             }
         }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -448,13 +457,13 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             if (gate) {
                 if (W) { /* j' - W <= s < j' */
                     mt_product_band(vk, sdZ + row0, BLK, T0 + col0, DT, row0, kb - Wb, kb);
-                    mt_product_band(vq, sdZt + row0, BLK, T1 + col0, DT, row0, 1 - kb, Wb + 1 - kb);
+                    mt_product_band(vq, MT_AM(sdZ, sdZt, row0), T1 + col0, DT, row0, 1 - kb, Wb + 1 - kb);
                 } else if (diag) {
                     mt_product_below(vk, sdZ + row0, BLK, T0 + col0, DT, row0);
-                    mt_product_from(vq, sdZt + row0, BLK, T1 + col0, DT, row0, 1, 0, false, lane);
+                    mt_product_from(vq, MT_AM(sdZ, sdZt, row0), T1 + col0, DT, row0, 1, 0, false, lane);
                 } else {
                     mt_product(vk, sdZ + row0, BLK, T0 + col0, DT, BLK);
-                    mt_product(vq, sdZt + row0, BLK, T1 + col0, DT, BLK);
+                    mt_product(vq, MT_AM(sdZ, sdZt, row0), T1 + col0, DT, BLK);
                 }
             }
             ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {

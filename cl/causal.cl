@@ -172,7 +172,7 @@ __attribute__((always_inline)) inline void cc_product_until(vfloat *acc, __local
         const int kk = lim + q;
         if (kk >= 0 && kk < BLK) {
             float x[TM];
-            mt_frag_a(x, a + kk * as);
+            mt_frag_a(x, a + kk * as, as);
             mt_step_from(acc, x, b + kk * bs, q);
         }
     }

@@ -258,6 +258,25 @@ __attribute__((always_inline)) inline void mt_unpack4(float *x, const float4 v)
 #define MT_LOADA_(n, x, p) MT_LOADA_##n(x, p)
 #define MT_LOADA(n, x, p) MT_LOADA_(n, x, p)
 
+/* An A operand is passed as a pair (a, as): entry (r, kk) of the micro-tile's rows is a[kk * as + r]
+   (k-major: a tile's rows lie next to each other).  as = 1 means instead a BLK x BLK matrix stored
+   row-major, entry (r, kk) at a[r * BLK + kk] (MT_ARS: the distance between the tile's rows).
+   Under SIMD vectors (VW >= 8, CPUs) the TM values of a step are TM scalar loads whichever way they
+   lie, so a matrix the kernel makes in registers and uses only as an A operand is stored row-major
+   (one vector store per accumulator) and read through MT_AM; under VW <= 4 the fragment is one
+   vector load, so MT_AM gives the k-major copy (store_column), and as = 1 is never passed except
+   under TM = 1, where a fragment is one value.  MT_AM(m, mt, row0): the A operand of rows row0..
+   of a BLK x BLK matrix held row-major in m (VW >= 8) or k-major in mt (VW <= 4); MT_AM_ROWS says
+   which copy the kernel must write. */
+#define MT_ARS(as) ((as) == 1 ? BLK : 1)
+#if VW >= 8
+#define MT_AM_ROWS 1
+#define MT_AM(m, mt, row0) (m) + (row0) * BLK, 1
+#else
+#define MT_AM_ROWS 0
+#define MT_AM(m, mt, row0) (mt) + (row0), BLK
+#endif
+
 /* The micro-tile's fragments at one contraction step: TM values of A (column kk), TN vectors of B.
    With wide SIMD vectors (VW >= 8, CPUs) each A value is broadcast across a vector, and loaded by
    itself a CPU compiler broadcasts it straight from memory (a load, no shuffle); one vector load of
@@ -276,11 +295,24 @@ __attribute__((always_inline)) inline void mt_unpack4(float *x, const float4 v)
    its size.  test_oclgrind checks it under the GPU entry (Oclgrind reports a misaligned load as an
    error). */
 #if VW >= 8
-__attribute__((always_inline)) inline void mt_frag_a(float *x, __local const float *a) { MT_LOADS(TM, x, a); }
+__attribute__((always_inline)) inline void mt_frag_a(float *x, __local const float *a, const int as)
+{
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+        x[i] = a[i * MT_ARS(as)];
+}
 #elif VW == 4
-__attribute__((always_inline)) inline void mt_frag_a(float *x, __local const float *a) { MT_LOADA(TM, x, a); }
+__attribute__((always_inline)) inline void mt_frag_a(float *x, __local const float *a, const int as)
+{
+    (void)as;
+    MT_LOADA(TM, x, a);
+}
 #else
-__attribute__((always_inline)) inline void mt_frag_a(float *x, __local const float *a) { MT_LOADN(TM, x, a); }
+__attribute__((always_inline)) inline void mt_frag_a(float *x, __local const float *a, const int as)
+{
+    (void)as;
+    MT_LOADN(TM, x, a);
+}
 #endif
 __attribute__((always_inline)) inline void mt_frag_b(vfloat *y, __local const float *b)
 {
@@ -332,14 +364,14 @@ __attribute__((always_inline)) inline void mt_pairs(vfloat *y0, vfloat *y1, __lo
     int kk = 0;
     for (; kk + 1 < k1; kk += 2) {
         float x0[TM], x1[TM];
-        mt_frag_a(x0, a + kk * as);
+        mt_frag_a(x0, a + kk * as, as);
         mt_step(y0, x0, b + kk * bs);
-        mt_frag_a(x1, a + (kk + 1) * as);
+        mt_frag_a(x1, a + (kk + 1) * as, as);
         mt_step(y1, x1, b + (kk + 1) * bs);
     }
     if (kk < k1) { /* k1 odd: kk = k1 - 1 is even */
         float x0[TM];
-        mt_frag_a(x0, a + kk * as);
+        mt_frag_a(x0, a + kk * as, as);
         mt_step(y0, x0, b + kk * bs);
     }
 }
@@ -370,7 +402,7 @@ __attribute__((always_inline)) inline void mt_product_lower(vfloat *acc, __local
     for (int q = 0; q < TM; ++q) { /* the diagonal: row row0 + i takes kk = row0 + q for i >= q */
         const int k = row0 + q;
         float x[TM];
-        mt_frag_a(x, a + k * as);
+        mt_frag_a(x, a + k * as, as);
         if (k & 1)
             mt_step_from(y1, x, b + k * bs, q);
         else
@@ -440,7 +472,7 @@ __attribute__((always_inline)) inline void mt_product_from(vfloat *acc, __local 
     for (int kk = kmin; kk < kfull; ++kk) {
         float x[TM];
         vfloat y[TN];
-        mt_frag_a(x, a + kk * as);
+        mt_frag_a(x, a + kk * as, as);
         mt_frag_b(y, b + kk * bs);
         for (int i = 0; i < TM; ++i)
             for (int j = 0; j < TN; ++j) {
@@ -461,7 +493,7 @@ __attribute__((always_inline)) inline void mt_product_below(vfloat *acc, __local
     for (int q = 0; q + 1 < TM; ++q) {
         float x[TM];
         vfloat y[TN];
-        mt_frag_a(x, a + (row0 + q) * as);
+        mt_frag_a(x, a + (row0 + q) * as, as);
         mt_frag_b(y, b + (row0 + q) * bs);
         for (int i = q + 1; i < TM; ++i)
             for (int j = 0; j < TN; ++j)
@@ -485,7 +517,7 @@ __attribute__((always_inline)) inline void mt_product_band(vfloat *acc, __local 
     for (int kk = k0; kk < k1; ++kk) {
         float x[TM];
         vfloat y[TN];
-        mt_frag_a(x, a + kk * as);
+        mt_frag_a(x, a + kk * as, as);
         mt_frag_b(y, b + kk * bs);
         for (int i = 0; i < TM; ++i)
             if (kk >= row0 + i + lo && kk < row0 + i + hi)

@@ -121,8 +121,10 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     }
 
-    /* Phase 2: the gate block G[T_j, T_i] and the masked X[T_i, T_i], both k-major (transposed). */
+    /* Phase 2: the gate block G[T_j, T_i] and the masked X[T_i, T_i], both k-major (transposed);
+       X only an A operand, so row-major under MT_AM_ROWS (common.cl), in sX: sXt's place. */
     __local float *sGt = lm, *sXt = lm + BLK * BLK, *sAt = lm + 2 * BLK * BLK; /* [col * BLK + row] */
+    __local float *sX = sXt; /* [row * BLK + col] */
     __local float *sAlpha = lm + 3 * BLK * BLK, *sL = sAlpha + BLK;
     __local float *tV = sL + BLK, *tW = tV + BLK * DT; /* row-major BLK x DT */
     if (gate) {
@@ -139,19 +141,24 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
                     const vfloat x = select((vfloat)(0.0f), sc * sx[m][e],
                                             VISLESSEQ(lane + (float)cv, (vfloat)(float)rr) &
                                                 VISLESS(jp, (vfloat)(float)L));
-                    store_column(sXt, cv, rr, x);
+                    if (MT_AM_ROWS)
+                        VSTORE(x, sX + rr * BLK + cv);
+                    else
+                        store_column(sXt, cv, rr, x);
                     GVSTORE(x, X + rr * BLK + cv);
                 }
             }
         }
-        if (k > 0) /* the transpose written at k = 0 (below): vector copies */
+        if (k > 0) /* X or the transpose written at k = 0 (below): vector copies */
             FOR_SHARE(e, BLK * BLK / VW)
-                VSTORE(GVLOAD(XT + e * VW), sXt + e * VW);
+                VSTORE(GVLOAD((MT_AM_ROWS ? X : XT) + e * VW), sX + e * VW);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#if !MT_AM_ROWS
     if (k == 0) /* X^T for the later steps of row block i and the backward */
         FOR_SHARE(e, BLK * BLK / VW)
             GVSTORE(VLOAD(sXt + e * VW), XT + e * VW);
+#endif
 
     /* Phase 3: SU = sc QC D_j + (X masked j' <= t) G^T and the scores A[T_i, T_j] (rows t, columns
        s), stored transposed.  The X G^T product stops at the diagonal (mt_product_lower). */
@@ -163,7 +170,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
         for (int e = 0; e < MT_ACC; ++e)
             su[e] = need_d ? sc * sx[m][e] : (vfloat)(0.0f);
         if (gate)
-            mt_product_lower(su, sXt + row0, BLK, sGt + col0, BLK, row0);
+            mt_product_lower(su, MT_AM(sX, sXt, row0), sGt + col0, BLK, row0);
         #pragma unroll
         for (int e = 0; e < MT_ACC; ++e) {
             const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
