@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # castle-bench end to end on small sizes: one line per (op, impl, size) in the documented format,
-# the gemm line, valid JSON with --json, decode's GB/s against the byte model, --ragged, --profile's
-# launch counts and shares, exit 2 on bad usage.  castle-info is taken from castle-bench's folder.
+# the gemm line, valid JSON with --json, decode's GB/s against the byte model, --ragged, --interleave's
+# lines and their order, --profile's launch counts and shares, exit 2 on bad usage.  castle-info is taken from castle-bench's folder.
 # usage: bench_smoke.sh <castle-bench>
 set -euo pipefail
 bench=$1
@@ -30,6 +30,20 @@ for x in d:
 n=$("$bench" --ops prefill --ragged --impls castle,causal --L 64 --batch 2 --heads 1 --repeat 1 --gemm 0 |
     grep -cE '^op=(prefill_ragged impl=castle|prefill impl=causal) B=2 H=1 L=64 ')
 [ "$n" = 2 ] || { echo "expected a prefill_ragged and a causal prefill line, found $n"; exit 1; }
+# --interleave: the training operations round robin, reported L by L (op, then impl, within an L),
+# decode after them as without it; a ragged prefill keeps its name, the forward beside it its own
+out=$("$bench" --interleave --ops forward,backward,decode --impls castle,causal --L 64,96 --t 100 --heads 2 --repeat 2 --gemm 0)
+echo "$out"
+got=$(grep -E '^op=' <<<"$out" | awk '{print $1, $2, $5}' | tr '\n' ';')
+want="op=forward impl=castle L=64;op=forward impl=causal L=64;op=backward impl=castle L=64;op=backward impl=causal L=64;"
+want+="op=forward impl=castle L=96;op=forward impl=causal L=96;op=backward impl=castle L=96;op=backward impl=causal L=96;"
+want+="op=decode impl=castle t=100;op=decode impl=causal t=100;"
+[ "$got" = "$want" ] || { echo "--interleave lines: got '$got', expected '$want'"; exit 1; }
+n=$(grep -cE 'median_ms=[0-9.]+ gflops=[0-9.]+ (gbs=[0-9.]+ )?clock=(device|host)$' <<<"$out")
+[ "$n" = 10 ] || { echo "--interleave: expected 10 measurement lines in the documented format, found $n"; exit 1; }
+got=$("$bench" --interleave --ops forward,prefill --ragged --impls castle --L 64 --batch 2 --heads 1 --repeat 1 --gemm 0 |
+    awk '/^op=/{print $1, $2}' | tr '\n' ';')
+[ "$got" = "op=forward impl=castle;op=prefill_ragged impl=castle;" ] || { echo "--interleave --ragged lines: $got"; exit 1; }
 # --profile: the device's own tuning unfolded (fold is no kernel option: the same programs) at
 # L = 4 blocks: the forward is one transposition and 4 diagonals of 4 + 3 + 2 + 1 block pairs per
 # head; the kernels' device times and the gaps add up to the span

@@ -1,6 +1,7 @@
 /* castle-bench: device-time benchmark of libcastle's operations on one OpenCL device.
  *
- * One warm-up, then the median of --repeat runs; each run is timed from a marker enqueued before it
+ * One warm-up, then the median of --repeat runs (under --interleave, the forward, backward and prefill
+ * rows of one L take their runs in turn: bench_interleaved); each run is timed from a marker enqueued before it
  * to the end of its last launch (OpenCL profiling events), so host work and other processes' CPU
  * time do not count, but launch gaps on the device do; where the device gives no profiling times,
  * host wall-clock to clFinish instead (tools/tool.h), and clock= says which.  One line per measurement:
@@ -53,6 +54,11 @@ static const char usage[] =
     "                     kernel=(gaps): the part of the span in which no kernel ran (launch gaps,\n"
     "                     copies); under --json, objects with a \"kernel\" key, each launch's\n"
     "                     work-groups and time in launch order (launch_groups, launch_ms)\n"
+    "  --interleave       time forward, backward and prefill round robin: at each L, after one untimed\n"
+    "                     run of each, --repeat rounds of one timed run of every selected operation and\n"
+    "                     implementation, so that their medians (and ratios of them) come from the same\n"
+    "                     stretch of time on a shared or drifting machine; lines come L by L (decode\n"
+    "                     lines after them, measured as without it)\n"
     "  --json             print the measurements as one JSON array instead of lines\n"
     "  -h, --help         this text\n"
     "\n"
@@ -78,7 +84,7 @@ typedef struct options {
     int nL, nt;
     size_t d, batch, heads, gemm;
     long window, repeat;
-    bool json, ragged, profile;
+    bool json, ragged, profile, interleave;
 } options;
 
 static int fail_usage(const char *msg, const char *arg)
@@ -147,7 +153,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->gemm = 1024;
     o->window = 512;
     o->repeat = 5;
-    enum { O_DEVICE = 256, O_OPS, O_IMPLS, O_L, O_T, O_D, O_BATCH, O_HEADS, O_WINDOW, O_REPEAT, O_GEMM, O_JSON, O_RAGGED, O_PROFILE };
+    enum { O_DEVICE = 256, O_OPS, O_IMPLS, O_L, O_T, O_D, O_BATCH, O_HEADS, O_WINDOW, O_REPEAT, O_GEMM, O_JSON, O_RAGGED, O_PROFILE, O_INTERLEAVE };
     static const struct option longopts[] = {
         {"device", required_argument, NULL, O_DEVICE}, {"ops", required_argument, NULL, O_OPS},
         {"impls", required_argument, NULL, O_IMPLS},   {"L", required_argument, NULL, O_L},
@@ -156,7 +162,8 @@ static int parse_args(int argc, char **argv, options *o)
         {"window", required_argument, NULL, O_WINDOW}, {"repeat", required_argument, NULL, O_REPEAT},
         {"gemm", required_argument, NULL, O_GEMM},     {"json", no_argument, NULL, O_JSON},
         {"ragged", no_argument, NULL, O_RAGGED},       {"profile", no_argument, NULL, O_PROFILE},
-        {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0}};
+        {"interleave", no_argument, NULL, O_INTERLEAVE}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -175,6 +182,9 @@ static int parse_args(int argc, char **argv, options *o)
             break;
         case O_PROFILE:
             o->profile = true;
+            break;
+        case O_INTERLEAVE:
+            o->interleave = true;
             break;
         case O_DEVICE:
             if (castle_parse_device_spec(v, &unused, &unused) != CASTLE_SUCCESS)
@@ -643,35 +653,108 @@ static int bench_gemm(bench *bn, size_t n)
     return 0;
 }
 
+/* Device buffers for impl at L (problem_init), plus what the operations need before they can run: the
+   forward's workspace filled (backward), a cache (prefill), the --ragged prompt lengths (prefill of
+   castle and swl). */
+static castle_status problem_setup(problem *p, bench *bn, int impl, size_t L, bool backward, bool prefill)
+{
+    castle_status st = problem_init(p, bn, impl, L);
+    if (!st && backward)
+        st = run_forward(p, NULL, NULL);
+    if (!st && prefill)
+        st = impl == IMPL_CAUSAL ? castle_kv_cache_create(bn->ctx, &p->desc, &p->kv)
+                                 : castle_cache_create(bn->ctx, &p->desc, &p->cache);
+    if (!st && prefill && impl != IMPL_CAUSAL && bn->opt->ragged) {
+        if (!(p->lengths = malloc(bn->opt->batch * sizeof *p->lengths)))
+            st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
+        for (size_t b = 0; !st && b < bn->opt->batch; ++b)
+            p->lengths[b] = b + 1 < L ? L - 1 - b : 1;
+    }
+    return st;
+}
+
+static run_fn training_fn(int op) { return op == OP_FORWARD ? run_forward : op == OP_BACKWARD ? run_backward : run_prefill; }
+
+/* The op name a training measurement is reported under. */
+static const char *training_name(const problem *p, int op)
+{
+    return op == OP_PREFILL && p->lengths ? "prefill_ragged" : op_names[op];
+}
+
+/* Reports one training measurement, then its --profile run. */
+static castle_status training_report(bench *bn, problem *p, int op, size_t L, const tool_timing *ms)
+{
+    report(bn, training_name(p, op), impl_names[p->impl], L, p->desc.window, ms, model_flops(op, p->impl, bn->opt, L),
+           0.0);
+    return bn->opt->profile ? profile_run(bn, training_fn(op), p, training_name(p, op), impl_names[p->impl], L,
+                                          p->desc.window)
+                            : CASTLE_SUCCESS;
+}
+
 static int bench_training(bench *bn, int op, int impl, size_t L)
 {
     problem p;
-    castle_status st = problem_init(&p, bn, impl, L);
     tool_timing ms;
-    if (!st && op == OP_BACKWARD)
-        st = run_forward(&p, NULL, NULL);
-    if (!st && op == OP_PREFILL)
-        st = impl == IMPL_CAUSAL ? castle_kv_cache_create(bn->ctx, &p.desc, &p.kv)
-                                 : castle_cache_create(bn->ctx, &p.desc, &p.cache);
-    const bool ragged = op == OP_PREFILL && impl != IMPL_CAUSAL && bn->opt->ragged;
-    if (!st && ragged) {
-        if (!(p.lengths = malloc(bn->opt->batch * sizeof *p.lengths)))
-            st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
-        for (size_t b = 0; !st && b < bn->opt->batch; ++b)
-            p.lengths[b] = b + 1 < L ? L - 1 - b : 1;
-    }
-    if (!st) {
-        run_fn fn = op == OP_FORWARD ? run_forward : op == OP_BACKWARD ? run_backward : run_prefill;
-        st = measure(bn, fn, &p, &ms);
-    }
+    castle_status st = problem_setup(&p, bn, impl, L, op == OP_BACKWARD, op == OP_PREFILL);
     if (!st)
-        report(bn, ragged ? "prefill_ragged" : op_names[op], impl_names[impl], L, p.desc.window, &ms,
-               model_flops(op, impl, bn->opt, L), 0.0);
-    if (!st && bn->opt->profile)
-        st = profile_run(bn, op == OP_FORWARD ? run_forward : op == OP_BACKWARD ? run_backward : run_prefill, &p,
-                         ragged ? "prefill_ragged" : op_names[op], impl_names[impl], L, p.desc.window);
+        st = measure(bn, training_fn(op), &p, &ms);
+    if (!st)
+        st = training_report(bn, &p, op, L, &ms);
     problem_release(&p);
     return st ? lib_error(st, op_names[op]) : 0;
+}
+
+/* --interleave: every selected forward, backward and prefill at one L, round robin.  One problem per
+   impl serves its operations (the backward reads the workspace its forward fills; the forward
+   rewrites it with the same values).  Each operation runs once untimed, then --repeat rounds time
+   one run of each in turn, so every operation's runs spread over the same stretch of time and a
+   ratio of two medians is not a ratio of two different loads of a shared machine. */
+static int bench_interleaved(bench *bn, size_t L)
+{
+    const options *o = bn->opt;
+    const bool bw = o->ops[OP_BACKWARD], pf = o->ops[OP_PREFILL];
+    problem p[NIMPLS];
+    double *dev = calloc((size_t)(NOPS * NIMPLS * o->repeat), sizeof *dev);
+    double *wall = calloc((size_t)(NOPS * NIMPLS * o->repeat), sizeof *wall);
+    castle_status st = dev && wall ? CASTLE_SUCCESS : CASTLE_ERR_OUT_OF_HOST_MEMORY;
+    int failed = OP_FORWARD; /* the operation a failure is reported under */
+    memset(p, 0, sizeof p);
+    for (int impl = 0; impl < NIMPLS && !st; ++impl)
+        if (o->impls[impl])
+            st = problem_setup(&p[impl], bn, impl, L, bw, pf);
+    for (long r = -1; r < o->repeat && !st; ++r) /* r = -1: the untimed warm-up round */
+        for (int op = 0; op < OP_DECODE && !st; ++op)
+            for (int impl = 0; impl < NIMPLS && !st; ++impl) {
+                if (!o->ops[op] || !o->impls[impl])
+                    continue;
+                failed = op;
+                if (r < 0) {
+                    cl_event end = NULL;
+                    st = training_fn(op)(&p[impl], NULL, &end);
+                    if (end)
+                        clReleaseEvent(end);
+                    if (!st)
+                        st = (castle_status)clFinish(bn->q);
+                } else {
+                    const size_t at = (size_t)((op * NIMPLS + impl) * o->repeat + r);
+                    st = tool_time_one(bn->q, training_fn(op), &p[impl], &dev[at], &wall[at]);
+                }
+            }
+    for (int op = 0; op < OP_DECODE && !st; ++op)
+        for (int impl = 0; impl < NIMPLS && !st; ++impl) {
+            if (!o->ops[op] || !o->impls[impl])
+                continue;
+            const size_t at = (size_t)((op * NIMPLS + impl) * o->repeat);
+            tool_timing ms;
+            tool_timing_of(dev + at, wall + at, (size_t)o->repeat, &ms);
+            failed = op;
+            st = training_report(bn, &p[impl], op, L, &ms);
+        }
+    for (int impl = 0; impl < NIMPLS; ++impl)
+        problem_release(&p[impl]);
+    free(dev);
+    free(wall);
+    return st ? lib_error(st, op_names[failed]) : 0;
 }
 
 static int bench_decode(bench *bn, int impl, size_t t)
@@ -734,7 +817,10 @@ int main(int argc, char **argv)
     bn.q = castle_context_queue(bn.ctx);
     if (opt.gemm)
         rc = bench_gemm(&bn, opt.gemm);
-    for (int op = 0; op < NOPS && !rc; ++op) {
+    const bool training = opt.ops[OP_FORWARD] || opt.ops[OP_BACKWARD] || opt.ops[OP_PREFILL];
+    for (int k = 0; opt.interleave && training && k < opt.nL && !rc; ++k)
+        rc = bench_interleaved(&bn, opt.L[k]);
+    for (int op = opt.interleave ? OP_DECODE : 0; op < NOPS && !rc; ++op) {
         if (!opt.ops[op])
             continue;
         for (int impl = 0; impl < NIMPLS && !rc; ++impl) {

@@ -63,6 +63,34 @@ static double device_ms(cl_event start, cl_event end)
     return (double)(t1 - t0) * 1e-6;
 }
 
+castle_status tool_time_one(cl_command_queue q, tool_run_fn fn, void *state, double *dev_ms, double *wall_ms)
+{
+    cl_event start = NULL, end = NULL;
+    const double h0 = tool_now_ms();
+    castle_status st = (castle_status)clEnqueueMarkerWithWaitList(q, 0, NULL, &start);
+    if (!st)
+        st = fn(state, start, &end);
+    if (!st)
+        st = (castle_status)clFinish(q);
+    *wall_ms = tool_now_ms() - h0;
+    *dev_ms = st ? -1 : device_ms(start, end);
+    if (start)
+        clReleaseEvent(start);
+    if (end)
+        clReleaseEvent(end);
+    return st;
+}
+
+void tool_timing_of(double *dev, double *wall, size_t n, tool_timing *out)
+{
+    bool profiled = n > 0;
+    for (size_t r = 0; r < n; ++r)
+        profiled = profiled && dev[r] > 0;
+    out->wall_ms = tool_median(wall, n);
+    out->ms = profiled ? tool_median(dev, n) : out->wall_ms;
+    out->clock = profiled ? "device" : "host";
+}
+
 castle_status tool_time(cl_command_queue q, tool_run_fn fn, void *state, long warmup, long n, tool_timing *out)
 {
     if (n < 1)
@@ -77,28 +105,10 @@ castle_status tool_time(cl_command_queue q, tool_run_fn fn, void *state, long wa
     }
     if (!st)
         st = (castle_status)clFinish(q);
-    bool profiled = true;
-    for (long r = 0; r < n && !st; ++r) {
-        cl_event start = NULL, end = NULL;
-        const double h0 = tool_now_ms();
-        st = (castle_status)clEnqueueMarkerWithWaitList(q, 0, NULL, &start);
-        if (!st)
-            st = fn(state, start, &end);
-        if (!st)
-            st = (castle_status)clFinish(q);
-        wall[r] = tool_now_ms() - h0;
-        dev[r] = st ? -1 : device_ms(start, end);
-        profiled = profiled && dev[r] > 0;
-        if (start)
-            clReleaseEvent(start);
-        if (end)
-            clReleaseEvent(end);
-    }
-    if (!st) {
-        out->wall_ms = tool_median(wall, (size_t)n);
-        out->ms = profiled ? tool_median(dev, (size_t)n) : out->wall_ms;
-        out->clock = profiled ? "device" : "host";
-    }
+    for (long r = 0; r < n && !st; ++r)
+        st = tool_time_one(q, fn, state, &dev[r], &wall[r]);
+    if (!st)
+        tool_timing_of(dev, wall, (size_t)n, out);
     free(dev);
     free(wall);
     return st;

@@ -34,6 +34,12 @@ typedef struct tool_timing {
 
 /* `warmup` untimed runs, then n >= 1 timed runs of fn on q. */
 castle_status tool_time(cl_command_queue q, tool_run_fn fn, void *state, long warmup, long n, tool_timing *out);
+/* One timed run of fn on q (from a marker enqueued before it to clFinish): its device time in ms
+   (< 0 where the device gives none) and its host wall-clock time. */
+castle_status tool_time_one(cl_command_queue q, tool_run_fn fn, void *state, double *dev_ms, double *wall_ms);
+/* The timing of n runs from their device and wall times (tool_time_one's; sorts both arrays): the
+   device median where every run has a device time, else the wall-clock median. */
+void tool_timing_of(double *dev, double *wall, size_t n, tool_timing *out);
 
 /* The median of v[0..n-1] (sorts v); 0 for n = 0. */
 double tool_median(double *v, size_t n);
