@@ -98,6 +98,7 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
     __local float lm[PU_LM] LM_ALIGNED;
     __local float *tQU = lm, *tKU = lm + KS * DT;  /* phase 1: k-major, row stride KS */
     __local float *sGt = lm, *tV = lm + BLK * BLK; /* then: G^T [j * BLK + s], VU row-major (DT) */
+    __local float *sG = sGt; /* G row-major [s * BLK + j] instead, under MT_AM_ROWS (common.cl) */
     const int lid = get_local_id(0);
     const int sb = get_group_id(0), bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;
@@ -135,7 +136,11 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
             #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
-                store_column(sGt, cv, rr, castle_gate_v(gl[m][e], sc, s0 + rr, (float)(j0 + cv) + lane, P, W));
+                const vfloat g = castle_gate_v(gl[m][e], sc, s0 + rr, (float)(j0 + cv) + lane, P, W);
+                if (MT_AM_ROWS)
+                    VSTORE(g, sG + rr * BLK + cv);
+                else
+                    store_column(sGt, cv, rr, g);
             }
         }
         /* Row s0 + r takes the keys j0 + kk with s0 + r < j0 + kk <= s0 + r + W: r + lo <= kk < r + hi
@@ -150,7 +155,7 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
                 const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                 vfloat acc[MT_ACC];
                 mt_zero(acc);
-                mt_product_band(acc, sGt + row0, BLK, tV + col0, DT, row0, lo, hi);
+                mt_product_band(acc, MT_AM(sG, sGt, row0), tV + col0, DT, row0, lo, hi);
                 #pragma unroll
                 for (int e = 0; e < MT_ACC; ++e) {
                     const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
