@@ -24,7 +24,8 @@
    split into micro-tiles of TM rows x TN vectors of VW columns, BLK x BLK products and BLK x DT slabs
    of d-wide outputs alike; work-item lid owns micro-tiles lid + m NT.  Operand A of every product is
    staged k-major (contraction index first), so each matrix is kept in the orientation(s) its
-   products read; of the d tiles (stage_tile: vector loads), those that are A operands are staged as
+   products read (under MT_AM_ROWS, the CPU mappings, a matrix that is only an A operand is read
+   row-major instead: MT_AM, common.cl); of the d tiles (stage_tile: vector loads), those that are A operands are staged as
    MT_AT says (row-major when TM = 1).  The scores and the D update are recomputed
    with the forward's mt_* calls on the same operands (mt_product's even/odd order), so
    P = exp(A - lse) uses exactly the A the forward normalised (P <= 1) and D_j is rolled back by

@@ -23,7 +23,8 @@
    micro-tiles of TM rows x TN vectors of VW columns, and every BLK x DT slab of outputs likewise; work-item
    lid owns micro-tiles lid + m NT.  The B operands are staged k-major (contraction index first, row
    stride KS, BLK or DT), and so are the A operands, except under TM = 1, where a micro-tile reads a
-   single A row and the A tiles stay row-major (MT_AT, common.cl); one contraction step loads a tile's
+   single A row and the A tiles stay row-major (MT_AT, common.cl), and except for the masked X block
+   under MT_AM_ROWS (the CPU mappings: MT_AM, common.cl), read row-major; one contraction step loads a tile's
    TM values of A and TN vectors of B once each and reuses them across the TM x TN FMAs.  The CPU
    mapping (TM = 4, TN = 1, VW = 16) is a broadcast scalar times a 16-wide vector, SIMD without
    reassociating a sum, each vector of B serving 4 rows; the GPU mapping (TM = 2, TN = 1, VW = 4) holds a 2 x 4
