@@ -98,7 +98,7 @@ for round in 1 2; do # alternating, so that a drift of the device's clocks shows
     for set in "${sets[@]}"; do
         bench "$set"
         step "bench_${set}_$round" 200 "${cmd[@]}" --L "$L" --repeat 5 --profile --ops forward,backward \
-            --impls castle,swl,causal
+            --impls castle,swl,causal --interleave # a backward / forward ratio from the same seconds
     done
 done
 # each launch's work-groups and time (launch_groups, launch_ms): how the wavefront fills the device
