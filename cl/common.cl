@@ -264,10 +264,10 @@ __attribute__((always_inline)) inline void mt_unpack4(float *x, const float4 v)
    Under SIMD vectors (VW >= 8, CPUs) the TM values of a step are TM scalar loads whichever way they
    lie, so a matrix the kernel makes in registers and uses only as an A operand is stored row-major
    (one vector store per accumulator) and read through MT_AM; under VW <= 4 the fragment is one
-   vector load, so MT_AM gives the k-major copy (store_column), and as = 1 is never passed except
-   under TM = 1, where a fragment is one value.  MT_AM(m, mt, row0): the A operand of rows row0..
-   of a BLK x BLK matrix held row-major in m (VW >= 8) or k-major in mt (VW <= 4); MT_AM_ROWS says
-   which copy the kernel must write. */
+   vector load, so MT_AM gives the k-major copy (store_column).  Under TM = 1 a fragment is one
+   value, a[0], so MT_A's as = 1 for a row-major d tile of any width reads the same either way.
+   MT_AM(m, mt, row0): the A operand of rows row0.. of a BLK x BLK matrix held row-major in m
+   (VW >= 8) or k-major in mt (VW <= 4); MT_AM_ROWS says which copy the kernel must write. */
 #define MT_ARS(as) ((as) == 1 ? BLK : 1)
 #if VW >= 8
 #define MT_AM_ROWS 1
