@@ -729,16 +729,11 @@ static int bench_interleaved(bench *bn, size_t L)
                     continue;
                 failed = op;
                 if (r < 0) {
-                    cl_event end = NULL;
-                    st = training_fn(op)(&p[impl], NULL, &end);
-                    if (end)
-                        clReleaseEvent(end);
-                    if (!st)
-                        st = (castle_status)clFinish(bn->q);
-                } else {
-                    const size_t at = (size_t)((op * NIMPLS + impl) * o->repeat + r);
-                    st = tool_time_one(bn->q, training_fn(op), &p[impl], &dev[at], &wall[at]);
+                    st = tool_warm(bn->q, training_fn(op), &p[impl], 1);
+                    continue;
                 }
+                const size_t at = (size_t)((op * NIMPLS + impl) * o->repeat + r);
+                st = tool_time_one(bn->q, training_fn(op), &p[impl], &dev[at], &wall[at]);
             }
     for (int op = 0; op < OP_DECODE && !st; ++op)
         for (int impl = 0; impl < NIMPLS && !st; ++impl) {

@@ -63,6 +63,18 @@ static double device_ms(cl_event start, cl_event end)
     return (double)(t1 - t0) * 1e-6;
 }
 
+castle_status tool_warm(cl_command_queue q, tool_run_fn fn, void *state, long n)
+{
+    castle_status st = CASTLE_SUCCESS;
+    for (long r = 0; r < n && !st; ++r) {
+        cl_event end = NULL;
+        st = fn(state, NULL, &end);
+        if (end)
+            clReleaseEvent(end);
+    }
+    return st ? st : (castle_status)clFinish(q);
+}
+
 castle_status tool_time_one(cl_command_queue q, tool_run_fn fn, void *state, double *dev_ms, double *wall_ms)
 {
     cl_event start = NULL, end = NULL;
@@ -96,15 +108,7 @@ castle_status tool_time(cl_command_queue q, tool_run_fn fn, void *state, long wa
     if (n < 1)
         return CASTLE_ERR_INVALID_ARGUMENT;
     double *dev = malloc((size_t)n * sizeof *dev), *wall = malloc((size_t)n * sizeof *wall);
-    castle_status st = dev && wall ? CASTLE_SUCCESS : CASTLE_ERR_OUT_OF_HOST_MEMORY;
-    for (long r = 0; r < warmup && !st; ++r) {
-        cl_event end = NULL;
-        st = fn(state, NULL, &end);
-        if (end)
-            clReleaseEvent(end);
-    }
-    if (!st)
-        st = (castle_status)clFinish(q);
+    castle_status st = dev && wall ? tool_warm(q, fn, state, warmup) : CASTLE_ERR_OUT_OF_HOST_MEMORY;
     for (long r = 0; r < n && !st; ++r)
         st = tool_time_one(q, fn, state, &dev[r], &wall[r]);
     if (!st)

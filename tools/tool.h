@@ -34,6 +34,8 @@ typedef struct tool_timing {
 
 /* `warmup` untimed runs, then n >= 1 timed runs of fn on q. */
 castle_status tool_time(cl_command_queue q, tool_run_fn fn, void *state, long warmup, long n, tool_timing *out);
+/* n untimed runs of fn on q, then clFinish (tool_time's warm-up). */
+castle_status tool_warm(cl_command_queue q, tool_run_fn fn, void *state, long n);
 /* One timed run of fn on q (from a marker enqueued before it to clFinish): its device time in ms
    (< 0 where the device gives none) and its host wall-clock time. */
 castle_status tool_time_one(cl_command_queue q, tool_run_fn fn, void *state, double *dev_ms, double *wall_ms);
