@@ -16,13 +16,16 @@
  * blocks and their transposes), and the block-transposed copies (common.cl) of QU, KU, QC, KC as the
  * forward wrote them and of VU, VC, dO (castle_transpose_blocks, launched before the wavefront). */
 
-#if (NT % BLK) != 0 || NT < BLK
-#error "backward.cl: NT must be a multiple of BLK"
+#if (NT % BLK) != 0 && (BLK % NT) != 0
+#error "backward.cl: NT must be a multiple or a divisor of BLK"
 #endif
 
 /* Mapping: the forward's (common.cl, "Register micro-tiles").  Every product of a block pair is
    split into micro-tiles of TM rows x TN vectors of VW columns, BLK x BLK products and BLK x DT slabs
-   of d-wide outputs alike; work-item lid owns micro-tiles lid + m NT.  Operand A of every product is
+   of d-wide outputs alike; work-item lid owns micro-tiles lid + m NT.  NT may be smaller than BLK
+   (the CPU entries' bthreads = 16: PoCL keeps a copy per work-item of each value that lives across
+   a barrier, so fewer work-items with more micro-tiles each carry less): the per-row work (Delta,
+   lse) strides over the rows by NT.  Operand A of every product is
    staged k-major (contraction index first), so each matrix is kept in the orientation(s) its
    products read (under MT_AM_ROWS, the CPU mappings, a matrix that is only an A operand is read
    row-major instead: MT_AM, common.cl); of the d tiles (stage_tile: vector loads), those that are A operands are staged as
@@ -202,7 +205,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
        workspace) and the products QC KC^T, QC D_j^(k)T, dO VC^T.  Delta and
        dO VC^T are one FMA chain each in the same order, so that dA = P (dP - Delta) is exactly 0
        where the two agree exactly (a row with a single key: O = VC). */
-    float delta = 0.0f;
+    for (int r = lid; r < BLK; r += NT) /* Delta of row r, summed chunk by chunk by one work-item */
+        sDelta[r] = 0.0f;
     for (int c0 = 0;; c0 += DT) { /* d >= 1 */
         stage_tile_a(T0, BLK, xqc, pqc, sqc.z, i, L, c0, DT, d);
         stage_tile_t(T1, BLK, xkc, j, c0, DT, d);
@@ -240,14 +244,15 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             }
         /* global fence too: phase D1 reads W rows other work-items wrote */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        if (first_row && lid < BLK) { /* in mt_product's order: even and odd c apart, then added */
-            float e0 = 0.0f, e1 = 0.0f;
-            for (int c = 0; c < DT; c += 2) {
-                e0 += T2[MT_AOFF(lid, DT, c)] * T4[MT_AOFF(lid, DT, c)];
-                e1 += T2[MT_AOFF(lid, DT, c + 1)] * T4[MT_AOFF(lid, DT, c + 1)];
+        if (first_row) /* in mt_product's order: even and odd c apart, then added */
+            for (int r = lid; r < BLK; r += NT) {
+                float e0 = 0.0f, e1 = 0.0f;
+                for (int c = 0; c < DT; c += 2) {
+                    e0 += T2[MT_AOFF(r, DT, c)] * T4[MT_AOFF(r, DT, c)];
+                    e1 += T2[MT_AOFF(r, DT, c + 1)] * T4[MT_AOFF(r, DT, c + 1)];
+                }
+                sDelta[r] += e0 + e1;
             }
-            delta += e0 + e1;
-        }
         ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             mt_product(s1[m], MT_A(T0, row0, DT, 0), T1 + col0, BLK, DT);
@@ -259,12 +264,13 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         if (c0 + DT >= d)
             break;
     }
-    if (lid < BLK) {
-        const bool row = t0 + lid < L;
+    for (int r = lid; r < BLK; r += NT) {
+        const bool row = t0 + r < L;
         if (first_row && row)
-            Delta[t0 + lid] = delta;
-        sDelta[lid] = first_row ? delta : row ? Delta[t0 + lid] : 0.0f;
-        sLse[lid] = row ? lse[tensor_offset(slse, b, h, t0 + lid)] : 0.0f;
+            Delta[t0 + r] = sDelta[r];
+        else if (!first_row)
+            sDelta[r] = row ? Delta[t0 + r] : 0.0f;
+        sLse[r] = row ? lse[tensor_offset(slse, b, h, t0 + r)] : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 

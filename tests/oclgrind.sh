@@ -4,8 +4,9 @@
 # to global memory, cl/common.cl; the GPU entry also at d = 18, whose rows are not aligned) and invalid
 # API use: castle-info's forward self-test (three shapes against the fp64 reference,
 # guard regions included), a forward + backward through castle-run, folded and per-diagonal, under
-# the CPU mapping (with its staging order, stage=1), 4 x 4 scalar register micro-tiles (tm=4 tn=4
-# vector=1) and the built-in GPU entry (with 48 KiB of local memory; both stage=2), a prefill +
+# the CPU mapping (with its staging order, stage=1), its backward on fewer work-items than block
+# rows (bthreads < block), 4 x 4 scalar register micro-tiles (tm=4 tn=4 vector=1) and the built-in
+# GPU entry (with 48 KiB of local memory; both stage=2), a prefill +
 # decode through the UQ-KV cache (on each), a prefill of ragged prompts (the cache's gated U pass,
 # each), and the causal baseline's four operations (its backward also on the 4 x 4 tiles, all four on
 # the GPU entry).
@@ -45,6 +46,16 @@ for fold in 0 8; do
 done
 cmp -s "$work/gpu0/dqu.npy" "$work/gpu8/dqu.npy" ||
     report "folded and per-diagonal backward differ under Oclgrind (GPU mapping)"
+# the CPU entries' backward shape at a block that fits 32 KiB: fewer work-items than block rows
+# (bthreads=8 < block=16, each work-item two micro-tiles and two rows of Delta), row-major broadcast
+# operands (vector=8), folded and not
+few=block=16,threads=16,dchunk=16,vector=8,tm=2,tn=1,bthreads=8
+for fold in 0 8; do
+    CASTLE_TUNING=$few,fold=$fold og "$build/tools/castle-run" backward --in "$work/in" --out "$work/few$fold" --window 5 ||
+        report "castle-run backward on bthreads < block (fold=$fold) failed under Oclgrind"
+done
+cmp -s "$work/few0/dqu.npy" "$work/few8/dqu.npy" ||
+    report "folded and per-diagonal backward differ under Oclgrind (bthreads < block)"
 # the UQ-KV cache: prefill 30 tokens, decode the rest one and three at a time
 for chunk in 1 3; do
     og "$build/tools/castle-run" decode --in "$work/in" --out "$work/dec$chunk" --prompt 30 --chunk $chunk --window 5 ||

@@ -1357,7 +1357,6 @@ START_TEST(test_tuning_rejected)
         {TUN_WITH(stage, 3), "stage=3", "stage=3"},
         {TUN_WITH(prefetch, 2), "prefetch=2", "prefetch=2"},
         {TUN_WITH(accum, 3), "accum=3", "accum=3"},
-        {tun_backward(16, 1), "bthreads=16", "bthreads=16 not a multiple of block=32"},
         {tun_backward(64, 3), "btm=3", "btm=3"},
         {tun_backward(1024, 4), "bthreads=1024", "bthreads=1024 x btm=4 not dividing block*block"},
     };

@@ -151,14 +151,16 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
    micro-tiles of tm rows x tn vectors of `vector` columns, one work-item's registers each (CLBlast
    xgemm's MWI x NWI); operands are staged through local memory dchunk columns of d at a time.  The
    CPU mapping is tm = 4, tn = 1 with 16-wide vectors and decode = stage = 1 (prefetch = 1 on PoCL),
+   its backward on 16 work-items,
    the GPU mapping tm = 2, tn = 1 with 4-wide vectors, 64 work-items and decode = stage = 2, its
    backward btm = 1 on 128 work-items.
    Constraints: each value a power of two in the range below (fold: any integer in it), 0 where
    "0 = derive" is said; threads a multiple of block, at most the device's work-group size, with
    threads x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector
    dividing block and dchunk; the same for the CASTLE backward's bthreads and btm in place of threads
-   and tm (the backward may take its own work-group and micro-tile rows: block, dchunk, vector and
-   tn, which fix the workspace and the staging, are shared); the local memory the kernels need must
+   and tm, except that bthreads may also be smaller than block (the backward may take its own
+   work-group and micro-tile rows: block, dchunk, vector and tn, which fix the workspace and the
+   staging, are shared); the local memory the kernels need must
    fit the device's; decode = 2 needs work-groups of 128 work-items.
 
    The parameters, in struct order, declared once: X(field, kernel macro or NULL, smallest value,
