@@ -1369,6 +1369,13 @@ START_TEST(test_tuning_rejected)
                       "%s: a rejected set_tuning changed the name to '%s'", bad[i].what,
                       castle_context_tuning_name(ctx));
     }
+    /* the backward may run on fewer work-items than block rows (bthreads=8 at block=32): accepted */
+    const castle_tuning few = tun_backward(8, 1);
+    check_status(castle_context_set_tuning(ctx, &few), CASTLE_SUCCESS, NULL, "set_tuning(bthreads=8 < block=32)");
+    castle_tuning got;
+    check_status(castle_context_get_tuning(ctx, &got), CASTLE_SUCCESS, NULL, "get_tuning");
+    ck_assert_msg(got.bthreads == 8 && got.btm == 1, "bthreads=8, btm=1 read back as %u, %u", got.bthreads, got.btm);
+    check_status(castle_context_set_tuning(ctx, &before), CASTLE_SUCCESS, NULL, "set_tuning(the former tuning)");
     castle_tuning t = tun(16, 64, 16, 0, 0);
     castle_tuning old_size = t;
     old_size.struct_size = sizeof(castle_tuning) - sizeof(unsigned);
