@@ -25,7 +25,9 @@
    of d-wide outputs alike; work-item lid owns micro-tiles lid + m NT.  NT may be smaller than BLK
    (the CPU entries' bthreads = 16: PoCL keeps a copy per work-item of each value that lives across
    a barrier, so fewer work-items with more micro-tiles each carry less): the per-row work (Delta,
-   lse) strides over the rows by NT.  Operand A of every product is
+   lse) takes rows lid + q NT, q < BW_ROWS, its sums in registers as before (summed in local
+   memory instead, the folded kernel came out wrong on PoCL under NT > BLK, though Oclgrind found
+   no race).  Operand A of every product is
    staged k-major (contraction index first), so each matrix is kept in the orientation(s) its
    products read (under MT_AM_ROWS, the CPU mappings, a matrix that is only an A operand is read
    row-major instead: MT_AM, common.cl); of the d tiles (stage_tile: vector loads), those that are A operands are staged as
@@ -49,6 +51,7 @@
 
 /* Local memory: eight BLK x BLK matrices (row stride BLK), seven BLK x DT tiles (row-major,
    t[r * DT + c], or k-major, t[c * BLK + r]: stage_tile), Delta and lse of the rows. */
+#define BW_ROWS ((BLK + NT - 1) / NT) /* rows of Delta and lse per work-item (1 when NT >= BLK) */
 #define BW_MATS 8 /* the matrices come first (CASTLE_LM_BACKWARD counts the same parts) */
 #define LM_BW CASTLE_LM_BACKWARD(BLK, DT) /* local_memory.h: the host checks the same formula */
 
@@ -205,8 +208,9 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
        workspace) and the products QC KC^T, QC D_j^(k)T, dO VC^T.  Delta and
        dO VC^T are one FMA chain each in the same order, so that dA = P (dP - Delta) is exactly 0
        where the two agree exactly (a row with a single key: O = VC). */
-    for (int r = lid; r < BLK; r += NT) /* Delta of row r, summed chunk by chunk by one work-item */
-        sDelta[r] = 0.0f;
+    float delta[BW_ROWS]; /* Delta of rows lid + q NT, summed chunk by chunk */
+    for (int q = 0; q < BW_ROWS; ++q)
+        delta[q] = 0.0f;
     for (int c0 = 0;; c0 += DT) { /* d >= 1 */
         stage_tile_a(T0, BLK, xqc, pqc, sqc.z, i, L, c0, DT, d);
         stage_tile_t(T1, BLK, xkc, j, c0, DT, d);
@@ -245,13 +249,16 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         /* global fence too: phase D1 reads W rows other work-items wrote */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
         if (first_row) /* in mt_product's order: even and odd c apart, then added */
-            for (int r = lid; r < BLK; r += NT) {
-                float e0 = 0.0f, e1 = 0.0f;
-                for (int c = 0; c < DT; c += 2) {
-                    e0 += T2[MT_AOFF(r, DT, c)] * T4[MT_AOFF(r, DT, c)];
-                    e1 += T2[MT_AOFF(r, DT, c + 1)] * T4[MT_AOFF(r, DT, c + 1)];
+            for (int q = 0; q < BW_ROWS; ++q) {
+                const int r = lid + q * NT;
+                if (r < BLK) {
+                    float e0 = 0.0f, e1 = 0.0f;
+                    for (int c = 0; c < DT; c += 2) {
+                        e0 += T2[MT_AOFF(r, DT, c)] * T4[MT_AOFF(r, DT, c)];
+                        e1 += T2[MT_AOFF(r, DT, c + 1)] * T4[MT_AOFF(r, DT, c + 1)];
+                    }
+                    delta[q] += e0 + e1;
                 }
-                sDelta[r] += e0 + e1;
             }
         ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
@@ -264,13 +271,15 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         if (c0 + DT >= d)
             break;
     }
-    for (int r = lid; r < BLK; r += NT) {
-        const bool row = t0 + r < L;
-        if (first_row && row)
-            Delta[t0 + r] = sDelta[r];
-        else if (!first_row)
-            sDelta[r] = row ? Delta[t0 + r] : 0.0f;
-        sLse[r] = row ? lse[tensor_offset(slse, b, h, t0 + r)] : 0.0f;
+    for (int q = 0; q < BW_ROWS; ++q) {
+        const int r = lid + q * NT;
+        if (r < BLK) {
+            const bool row = t0 + r < L;
+            if (first_row && row)
+                Delta[t0 + r] = delta[q];
+            sDelta[r] = first_row ? delta[q] : row ? Delta[t0 + r] : 0.0f;
+            sLse[r] = row ? lse[tensor_offset(slse, b, h, t0 + r)] : 0.0f;
+        }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
