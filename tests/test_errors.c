@@ -1369,9 +1369,12 @@ START_TEST(test_tuning_rejected)
                       "%s: a rejected set_tuning changed the name to '%s'", bad[i].what,
                       castle_context_tuning_name(ctx));
     }
-    /* the backward may run on fewer work-items than block rows (bthreads=8 at block=32): accepted */
-    const castle_tuning few = tun_backward(8, 1);
-    check_status(castle_context_set_tuning(ctx, &few), CASTLE_SUCCESS, NULL, "set_tuning(bthreads=8 < block=32)");
+    /* the backward may run on fewer work-items than block rows (bthreads=8 at block=16, a tuning
+       that fits 32 KiB of local memory): accepted */
+    castle_tuning few = tun(16, 16, 16, 1, 0);
+    few.tm = few.tn = few.btm = 1;
+    few.bthreads = 8;
+    check_status(castle_context_set_tuning(ctx, &few), CASTLE_SUCCESS, NULL, "set_tuning(bthreads=8 < block=16)");
     castle_tuning got;
     check_status(castle_context_get_tuning(ctx, &got), CASTLE_SUCCESS, NULL, "get_tuning");
     ck_assert_msg(got.bthreads == 8 && got.btm == 1, "bthreads=8, btm=1 read back as %u, %u", got.bthreads, got.btm);
