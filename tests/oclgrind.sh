@@ -33,29 +33,27 @@ report() {
 og "$build/tools/castle-info" >"$work/info.txt" || true
 grep -q "self-test: PASS" "$work/info.txt" || { cat "$work/info.txt"; report "castle-info self-test failed under Oclgrind"; }
 "$build/tools/castle-run" random --shape 2,2,70,16 --out "$work/in" >/dev/null
-for fold in 0 8; do
-    CASTLE_TUNING=fold=$fold og "$build/tools/castle-run" backward --in "$work/in" --out "$work/out$fold" --window 5 ||
-        report "castle-run backward (fold=$fold) failed under Oclgrind"
-done
-cmp -s "$work/out0/dqu.npy" "$work/out8/dqu.npy" || report "folded and per-diagonal backward differ under Oclgrind"
+# backward_folds <name> <tuning> <runner> <what>: castle-run backward per diagonal (fold=0) and folded
+# (fold=8) under the tuning (empty: the library's), run by og or og48, outputs in $work/<name>0 and
+# <name>8; they must agree.  <what> names the mapping in the messages.
+backward_folds() {
+    local name=$1 tuning=$2 runner=$3 what=$4 fold
+    for fold in 0 8; do
+        CASTLE_TUNING=${tuning:+$tuning,}fold=$fold $runner "$build/tools/castle-run" backward --in "$work/in" \
+            --out "$work/$name$fold" --window 5 || report "castle-run backward${what:+ $what} (fold=$fold) failed under Oclgrind"
+    done
+    cmp -s "$work/${name}0/dqu.npy" "$work/${name}8/dqu.npy" ||
+        report "folded and per-diagonal backward differ under Oclgrind${what:+ ($what)}"
+}
+backward_folds out "" og "" # the library's own tuning for this device
 # the GPU mapping (4 x 4 register micro-tiles, scalar columns) at a block that fits 32 KiB, folded and not
 gpu=block=16,threads=16,dchunk=16,vector=1,tm=4,tn=4
-for fold in 0 8; do
-    CASTLE_TUNING=$gpu,fold=$fold og "$build/tools/castle-run" backward --in "$work/in" --out "$work/gpu$fold" --window 5 ||
-        report "castle-run backward under the GPU mapping (fold=$fold) failed under Oclgrind"
-done
-cmp -s "$work/gpu0/dqu.npy" "$work/gpu8/dqu.npy" ||
-    report "folded and per-diagonal backward differ under Oclgrind (GPU mapping)"
+backward_folds gpu "$gpu" og "under the GPU mapping"
 # the CPU entries' backward shape at a block that fits 32 KiB: fewer work-items than block rows
 # (bthreads=8 < block=16, each work-item two micro-tiles and two rows of Delta), row-major broadcast
 # operands (vector=8), folded and not
 few=block=16,threads=16,dchunk=16,vector=8,tm=2,tn=1,bthreads=8
-for fold in 0 8; do
-    CASTLE_TUNING=$few,fold=$fold og "$build/tools/castle-run" backward --in "$work/in" --out "$work/few$fold" --window 5 ||
-        report "castle-run backward on bthreads < block (fold=$fold) failed under Oclgrind"
-done
-cmp -s "$work/few0/dqu.npy" "$work/few8/dqu.npy" ||
-    report "folded and per-diagonal backward differ under Oclgrind (bthreads < block)"
+backward_folds few "$few" og "on bthreads < block"
 # the UQ-KV cache: prefill 30 tokens, decode the rest one and three at a time
 for chunk in 1 3; do
     og "$build/tools/castle-run" decode --in "$work/in" --out "$work/dec$chunk" --prompt 30 --chunk $chunk --window 5 ||
@@ -71,12 +69,7 @@ CASTLE_TUNING=block=16,threads=128,dchunk=16,vector=1,tm=1,tn=1 og "$build/tools
 entry=$("$build/tools/castle-info" --table | awk -F'\t' '$1 == "nvidia-gpu" { print $2 }')
 [ -n "$entry" ] || report "castle-info --table lists no nvidia-gpu entry"
 og48() { og --local-mem-size 49152 "$@"; }
-for fold in 0 8; do
-    CASTLE_TUNING=$entry,fold=$fold og48 "$build/tools/castle-run" backward --in "$work/in" --out "$work/ent$fold" \
-        --window 5 || report "castle-run backward under the GPU entry (fold=$fold) failed under Oclgrind"
-done
-cmp -s "$work/ent0/dqu.npy" "$work/ent8/dqu.npy" ||
-    report "folded and per-diagonal backward differ under Oclgrind (GPU entry)"
+backward_folds ent "$entry" og48 "under the GPU entry"
 CASTLE_TUNING=$entry og48 "$build/tools/castle-run" decode --in "$work/in" --out "$work/decent" --prompt 30 --chunk 3 \
     --window 5 || report "castle-run decode (GPU entry) failed under Oclgrind"
 # rows that are not 16-byte aligned (d = 18): the GPU mappings' global float4 accesses
