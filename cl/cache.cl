@@ -175,12 +175,15 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
    at a time.  Under the tuning's decode mapping 1 (SIMD CPUs, DEC) a work-item is an iteration of a
    loop: each takes whole rows, float4 at a time.  Under mapping 2 (GPUs) work-groups of 128 to 256
    work-items (NT, raised to 128: an H200 decoded B=2 H=16 d=64 t=32768 in 1.72 ms with 64 work-items,
-   one lane to a row, against 0.81 ms with 128) give a row 8 lanes, adjacent lanes on adjacent
-   float4s, and a team takes DRP = 2 rows per pass, loaded before the pass's first barrier (DPRE,
-   below).  On the H200, with those loads (one run, 2026-11-27, ms): 8 lanes x 2 rows 0.590, 4 x 2
-   0.663, 8 x 4 0.673, 16 x 8 0.815, 16 x 4 with 256 work-items 0.863; without them 4 x 2 took 0.724
-   and 4 x 4 0.722.  The host reads DNT back from the compiled kernel.  DNT, DLN, DRP and DPRE may
-   be predefined to try other shapes (docs/performance.md, "Decode shapes").
+   one lane to a row, against 0.81 ms with 128) give a row 4 lanes (8 for heads wider than 64),
+   adjacent lanes on adjacent float4s, and a team takes DRP = 2 rows per pass, loaded before the
+   pass's first barrier (DPRE, below).  On the H200 at that shape, with those loads and the cache
+   rows read as float4 (gload4), one run, 2026-11-27, ms: 4 lanes x 2 rows 0.433, 4 x 1 0.429, 8 x 2
+   0.651, 8 x 4 0.673, 8 x 1 0.561, 16 x 2 0.667, 2 x 2 0.663, 4 x 4 0.900, 4 x 2 with 256
+   work-items 0.480 (CASTLE-SWL, W = 512: 4 x 2 0.294, 4 x 1 0.318, 8 x 2 0.369).  Before the float4
+   reads (an earlier run): 8 x 2 0.590, 4 x 2 0.663.  The host reads DNT back from the compiled
+   kernel.  DNT, DLN, DRP and DPRE may be predefined to try other shapes (docs/performance.md,
+   "Decode shapes").
    Local memory stays below 24 KiB. */
 #if DEC == 1
 #define DNT (NT > 64 ? 64 : NT)
@@ -190,7 +193,7 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
 #define DNT (NT > 256 ? 256 : NT < 128 ? 128 : NT)
 #endif
 #ifndef DLN
-#define DLN 8
+#define DLN (DACC <= 64 ? 4 : 8) /* 8 lanes for wider heads: a lane's quads as at 64 with 4 (not timed) */
 #endif
 #endif
 #define TEAMS (DNT / DLN)
@@ -203,6 +206,21 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
 #endif
 
 /* ---- decode ---------------------------------------------------------------------------------- */
+
+/* The DLN partials of a team (p: the team's first), summed in lane order: one float4 load where a
+   team has 4 lanes (the arrays are 16-byte aligned, and r DNT + team DLN is a multiple of 4), the same sum. */
+inline float team_sum(__local const float *p)
+{
+#if DLN == 4
+    const float4 v = *(__local const float4 *)p;
+    return ((0.0f + v.x) + v.y + v.z) + v.w;
+#else
+    float s = 0.0f;
+    for (int i = 0; i < DLN; ++i)
+        s += p[i];
+    return s;
+#endif
+}
 
 /* A lane's columns: quads q = lane + DLN i (float4; adjacent lanes on adjacent quads) below d / 4,
    then the d % 4 tail columns 4 (d / 4) + lane + DLN i.  Loops run to the compile-time bounds ACCQ,
@@ -262,6 +280,8 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
     __global const float *in_qu = qu + tensor_offset(squ, b, h, 0); /* qU of rows >= P (not in the ring yet) */
     const bool al = (d & 3) == 0 && GALIGNED(cu) && GALIGNED(ckc) && GALIGNED(cvc); /* the rows of U, KC, VC */
     const bool al_ring = (d & 3) == 0 && GALIGNED(cqu), al_qu = GALIGNED(in_qu) && (squ.z & 3) == 0; /* of qU */
+    for (int e = lid; e < TEAMS * MB; e += DNT) /* the merge reads whole quads, past d too (below) */
+        tacc[e] = 0.0f;
     /* the tokens t >= s0 (the earlier ones see none of this group's rows); uniform bounds */
     for (int row = max(0, s0 - P); row < n; ++row) {
         const int t = P + row;
@@ -323,9 +343,7 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                 const int s = sb + team + TEAMS * r;
                 const bool valid = s < s1;
                 const bool upd = valid && s >= wlo && s < t;
-                float g = 0.0f;
-                for (int i = 0; i < DLN; ++i)
-                    g += rg[r * DNT + team * DLN + i];
+                const float g = team_sum(rg + r * DNT + team * DLN);
                 const float gate = upd ? castle_sigmoid(sc * g) : 0.0f;
                 float px = 0.0f, pk = 0.0f; /* qC_t . u_s and qC_t . kC_s, this lane's columns */
                 if (valid && s == t) {      /* the new token: u_t = 0, append kC_t and vC_t */
@@ -379,11 +397,7 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                 if (s >= s1)
                     break;
                 /* the team's online softmax, its rows in increasing order */
-                float x = 0.0f, k = 0.0f;
-                for (int i = 0; i < DLN; ++i) {
-                    x += rx[r * DNT + team * DLN + i];
-                    k += rk[r * DNT + team * DLN + i];
-                }
+                const float x = team_sum(rx + r * DNT + team * DLN), k = team_sum(rk + r * DNT + team * DLN);
                 const float a = sc * k - castle_silu(sc * x);
                 const float mn = fmax(m, a);
                 const float alpha = exp(m - mn); /* 0 while m = -inf */
@@ -438,11 +452,23 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                     tacc[team * MB + (c - cb)] = acct[i] * scale;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
-            for (int c = cb + lid; c < min(cb + MB, d); c += DNT) {
-                float a = 0.0f;
+            /* four columns per work-item, each summed over the teams in order (float4 loads: tacc is
+               16-byte aligned, MB and c - cb multiples of 4; columns at or past d hold zeros or an
+               earlier block's values, and are not stored) */
+            for (int c = cb + 4 * lid; c < min(cb + MB, d); c += 4 * DNT) {
+                float4 a = (float4)(0.0f);
                 for (int i = 0; i < TEAMS; ++i)
-                    a += tacc[i * MB + (c - cb)];
-                pp[c] = direct ? a / sum : a;
+                    a += *(__local const float4 *)(tacc + i * MB + (c - cb));
+                if (direct)
+                    a /= sum;
+                if (c + 4 <= d) {
+                    vstore4(a, 0, pp + c);
+                } else {
+                    float a1[4];
+                    vstore4(a, 0, a1);
+                    for (int e = 0; c + e < d; ++e)
+                        pp[c + e] = a1[e];
+                }
             }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
