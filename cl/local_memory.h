@@ -37,8 +37,10 @@
    the nt work-items of a group share out (cl/common.cl's FUPT and FUPC; castle-tune's --max-tiles). */
 #define CASTLE_MT_TILES(rows, cols, tm, mc) (((rows) / (tm)) * ((cols) / (mc)))
 
-/* The most any family needs: what a tuning must fit. */
-#define CASTLE_LM_ANY(b, c, dmax)                                                                      \
-    CASTLE_LM_MAX_(CASTLE_LM_MAX_(CASTLE_LM_FORWARD(b, c), CASTLE_LM_BACKWARD(b, c)), CASTLE_LM_CAUSAL(b, c, dmax))
+/* The most any family needs: what a tuning must fit.  fc: the CASTLE forward's own d chunk
+   (tuning fdchunk); cl/cache.cl's prefill pass stays within CASTLE_LM_FORWARD(b, c). */
+#define CASTLE_LM_ANY(b, c, fc, dmax)                                                                  \
+    CASTLE_LM_MAX_(CASTLE_LM_MAX_(CASTLE_LM_FORWARD(b, c), CASTLE_LM_FORWARD(b, fc)),                   \
+                   CASTLE_LM_MAX_(CASTLE_LM_BACKWARD(b, c), CASTLE_LM_CAUSAL(b, c, dmax)))
 
 #endif

@@ -69,6 +69,9 @@ castle_tuning castle__family_tuning(castle_family f, const castle_tuning *t)
     if (f == CASTLE_FAMILY_BACKWARD) {
         v.threads = t->bthreads;
         v.tm = t->btm;
+    } else if (f == CASTLE_FAMILY_FORWARD) {
+        v.threads = t->fthreads;
+        v.dchunk = t->fdchunk;
     }
     return v;
 }

@@ -47,7 +47,9 @@ int castle__head_dim_class(castle_family f, const castle_tuning *t, size_t d);
 castle_status castle__program_source(castle_family f, const castle_tuning *t, int dclass, char **source,
                                      char **options);
 /* The tuning family f's kernels run under: t, with the CASTLE backward's own work-group size and
-   micro-tile rows (bthreads, btm) as threads and tm for CASTLE_FAMILY_BACKWARD. */
+   micro-tile rows (bthreads, btm) as threads and tm for CASTLE_FAMILY_BACKWARD, and the CASTLE
+   forward's own work-group size and d chunk (fthreads, fdchunk) as threads and dchunk for
+   CASTLE_FAMILY_FORWARD. */
 castle_tuning castle__family_tuning(castle_family f, const castle_tuning *t);
 
 /* Embedded .cl sources (generated at build time). */

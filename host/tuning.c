@@ -76,10 +76,16 @@ typedef struct tuning_entry {
    work-items 46.3 / 271.  The backward runs the last shape's 1 x 4 tiles on 128 work-items
    (bthreads, btm): with its loops rolled, as they are, that shape's backward took 91.3 ms in
    another run that day, so about 91 is expected beside the forward's 24.7 (not measured
-   together).  docs/performance.md has the rest. */
+   together).  The forward runs on 128 work-items staging 32 columns of d (fthreads, fdchunk: one
+   2 x 4 tile of each product per work-item, two d steps instead of four; 23 KiB of local memory):
+   on the H200 (2026-11-27, same shape, one run) 16.4 ms against 22.0 on the shared 64 / 16 (L = 1024
+   1.40 against 1.82, L = 8192 59.5 against 80.9); 128 / 32 with tm = 1 took 23.0, 128 / 16 with
+   tm = 1 23.5, 256 / 32 with tm = 1 28.5, 64 / 32 21.7, 128 / 64 21.1, 64 / 64 32.6.
+   docs/performance.md has the rest. */
 #define CPU_MAPPING .block = 64, .threads = 64, .dchunk = 64, .vector = 16, .tm = 4, .tn = 1, .bthreads = 16
 #define GPU_MAPPING                                                                                     \
-    .block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2, .bthreads = 128, .btm = 1
+    .block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2, .bthreads = 128, .btm = 1, \
+    .fthreads = 128, .fdchunk = 32
 
 /* First match wins; the last entry is the default.  Values were measured with castle-bench on the
    devices named; how a tuning is chosen and overridden: docs/building.md, "Tuning". */
@@ -103,7 +109,8 @@ static const tuning_entry table[] = {
 size_t castle__tuning_table_size(void) { return sizeof table / sizeof table[0]; }
 
 /* What the rest of a tuning decides, whatever the device, where it is 0: decode (1 under SIMD
-   vectors, vector > 1, else 2), the backward's bthreads and btm (threads and tm), stage and accum (decode). */
+   vectors, vector > 1, else 2), the backward's bthreads and btm (threads and tm), the forward's
+   fthreads and fdchunk (threads and dchunk), stage and accum (decode). */
 static void derive_rest(castle_tuning *t)
 {
     if (!t->decode && t->vector)
@@ -112,6 +119,10 @@ static void derive_rest(castle_tuning *t)
         t->bthreads = t->threads;
     if (!t->btm)
         t->btm = t->tm;
+    if (!t->fthreads)
+        t->fthreads = t->threads;
+    if (!t->fdchunk)
+        t->fdchunk = t->dchunk;
     if (!t->stage)
         t->stage = t->decode; /* both say SIMD CPU (1) or GPU (2) */
     if (!t->accum)
@@ -171,7 +182,8 @@ void castle__tuning_resolve(castle_tuning *t, const castle_device_info *info)
 
 size_t castle__tuning_local_bytes(const castle_tuning *t)
 {
-    return sizeof(float) * (size_t)CASTLE_LM_ANY((size_t)t->block, (size_t)t->dchunk, (size_t)CASTLE_MAX_HEAD_DIM);
+    return sizeof(float) *
+           (size_t)CASTLE_LM_ANY((size_t)t->block, (size_t)t->dchunk, (size_t)t->fdchunk, (size_t)CASTLE_MAX_HEAD_DIM);
 }
 
 static bool is_pow2(unsigned v) { return v && !(v & (v - 1)); }
@@ -209,6 +221,17 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
                             "vector=%u: btm must divide block=%u, and the product must divide block*block=%u and "
                             "block*dchunk=%u",
                             bw.threads, bw.tm, t->tn, v, b, b * b, b * c);
+    const castle_tuning fw = castle__family_tuning(CASTLE_FAMILY_FORWARD, t);
+    if (fw.threads % b || !tile_fits(&fw))
+        return castle__fail(CASTLE_ERR_BAD_TUNING,
+                            "tuning fthreads=%u, fdchunk=%u (the forward's work-group and d chunk) x tm=%u x tn=%u x "
+                            "vector=%u: fthreads must be a multiple of block=%u, tn x vector must divide fdchunk, and "
+                            "fthreads x the tile must divide block*block=%u and block*fdchunk=%u",
+                            fw.threads, fw.dchunk, t->tm, t->tn, v, b, b * b, b * fw.dchunk);
+    if (info && fw.threads > info->max_work_group_size)
+        return castle__fail(CASTLE_ERR_BAD_TUNING,
+                            "tuning fthreads=%u exceeds the device's max work-group size %zu", fw.threads,
+                            info->max_work_group_size);
     if (info && bw.threads > info->max_work_group_size)
         return castle__fail(CASTLE_ERR_BAD_TUNING,
                             "tuning bthreads=%u exceeds the device's max work-group size %zu", bw.threads,
@@ -223,8 +246,8 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
     size_t lb = castle__tuning_local_bytes(t);
     if (info && lb > info->local_mem_size)
         return castle__fail(CASTLE_ERR_BAD_TUNING,
-                            "tuning block=%u dchunk=%u needs %zu bytes of local memory; the device has %llu", b, c, lb,
-                            (unsigned long long)info->local_mem_size);
+                            "tuning block=%u dchunk=%u fdchunk=%u needs %zu bytes of local memory; the device has %llu",
+                            b, c, t->fdchunk, lb, (unsigned long long)info->local_mem_size);
     return CASTLE_SUCCESS;
 }
 
@@ -391,8 +414,9 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
                     t.threads /= 2;
                 if (t.threads < b)
                     t.threads = b;
-                t.bthreads = t.threads; /* the backward takes the shrunk forward's shape */
+                t.bthreads = t.fthreads = t.threads; /* the backward and the forward take the shrunk shape */
                 t.btm = t.tm;
+                t.fdchunk = c;
                 if (castle__tuning_check(&t, info) == CASTLE_SUCCESS) {
                     *out = t;
                     fits = true;

@@ -1263,6 +1263,14 @@ static castle_tuning tun_tile(unsigned block, unsigned threads, unsigned vector,
     return t;
 }
 
+static castle_tuning tun_forward(unsigned fthreads, unsigned fdchunk)
+{
+    castle_tuning t = tun_tile(32, 64, 1, 1, 1);
+    t.fthreads = fthreads;
+    t.fdchunk = fdchunk;
+    return t;
+}
+
 static castle_tuning tun_backward(unsigned bthreads, unsigned btm)
 {
     castle_tuning t = tun_tile(32, 64, 1, 1, 1);
@@ -1359,6 +1367,10 @@ START_TEST(test_tuning_rejected)
         {TUN_WITH(accum, 3), "accum=3", "accum=3"},
         {tun_backward(64, 3), "btm=3", "btm=3"},
         {tun_backward(1024, 4), "bthreads=1024", "bthreads=1024 x btm=4 not dividing block*block"},
+        {tun_forward(16, 32), "fthreads=16", "fthreads=16 < block=32"},
+        {tun_forward(48, 32), "fthreads=48", "fthreads=48"},
+        {tun_forward(64, 5), "fdchunk=5", "fdchunk=5"},
+        {tun_forward(1024, 16), "fthreads=1024", "fthreads=1024 x 1 x 1 tiles not dividing block*fdchunk=512"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
         check_status(castle_context_set_tuning(ctx, &bad[i].t), CASTLE_ERR_BAD_TUNING, bad[i].mention, bad[i].what);
@@ -1378,6 +1390,17 @@ START_TEST(test_tuning_rejected)
     castle_tuning got;
     check_status(castle_context_get_tuning(ctx, &got), CASTLE_SUCCESS, NULL, "get_tuning");
     ck_assert_msg(got.bthreads == 8 && got.btm == 1, "bthreads=8, btm=1 read back as %u, %u", got.bthreads, got.btm);
+    ck_assert_msg(got.fthreads == 16 && got.fdchunk == 16, "fthreads, fdchunk derived as %u, %u (threads, dchunk: 16, 16)",
+                  got.fthreads, got.fdchunk);
+    /* the forward on its own work-group size and d chunk (fthreads=32 > threads, fdchunk=8 < dchunk) */
+    castle_tuning own = few;
+    own.fthreads = 32;
+    own.fdchunk = 8;
+    check_status(castle_context_set_tuning(ctx, &own), CASTLE_SUCCESS, NULL, "set_tuning(fthreads=32, fdchunk=8)");
+    check_status(castle_context_get_tuning(ctx, &got), CASTLE_SUCCESS, NULL, "get_tuning");
+    ck_assert_msg(got.fthreads == 32 && got.fdchunk == 8 && got.threads == 16 && got.dchunk == 16,
+                  "fthreads=32, fdchunk=8 read back as %u, %u (threads %u, dchunk %u)", got.fthreads, got.fdchunk,
+                  got.threads, got.dchunk);
     check_status(castle_context_set_tuning(ctx, &before), CASTLE_SUCCESS, NULL, "set_tuning(the former tuning)");
     castle_tuning t = tun(16, 64, 16, 0, 0);
     castle_tuning old_size = t;
@@ -1453,7 +1476,7 @@ END_TEST
 static const char *const bad_tuning_env[] = {"block=abc", "foo=3", "block=32;threads=64", "block",
                                              "block=4294967328", "block=-32", "block=+32", "threads=",
                                              "block=12", "threads=48", "dchunk=5", "tm=3", "tn=32", "decode=3", "btm=3",
-                                             "stage=3", "prefetch=2", "accum=3"};
+                                             "stage=3", "prefetch=2", "accum=3", "fthreads=48", "fdchunk=128"};
 #define NTUNING_MALFORMED 8
 #define NBADTUNINGENV ((int)(sizeof bad_tuning_env / sizeof bad_tuning_env[0]))
 

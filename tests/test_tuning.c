@@ -183,9 +183,9 @@ static void check_bad_usage(const char *const *bad, size_t n)
    "over" and not built; the start is exempt.  Under --quick the search stops at the first other
    shape; from every start in the built-in table that shape is threads = block, tm = tn = 1, whose
    work-items own block / vector >= 2 tiles, over a cap of 1.  So only the start is built, and, where
-   the start's backward has a shape of its own (bthreads, btm: the CPU and GPU entries), the start
-   with the backward following (stage 1's terms, exempt from the cap too); --dry-run writes
-   nothing. */
+   the start's backward or forward has a shape of its own (bthreads, btm; fthreads, fdchunk: the CPU
+   and GPU entries), the start with both following (stage 1's terms, exempt from the cap too);
+   --dry-run writes nothing. */
 START_TEST(test_tune_max_tiles)
 {
     char out[8192];
@@ -193,17 +193,20 @@ START_TEST(test_tune_max_tiles)
     const int rc = run_tune("--quick --max-tiles 1 --L 96 --heads 1 --repeat 1 --dry-run", "  over ",
                             "micro-tiles per work-item (--max-tiles 1), not built", &built, &over, out, sizeof out);
     ck_assert_msg(rc == 0, "castle-tune failed (%d):\n%s", rc, out);
-    /* the start is the first timed line: does its backward have a shape of its own? */
+    /* the start is the first timed line: does its backward or forward have a shape of its own? */
     const char *start = strstr(out, "\n  block=");
-    unsigned th = 0, tm = 0, bth = 0, btm = 0;
-    ck_assert_msg(start && sscanf(strstr(start, "threads="), "threads=%u", &th) == 1 &&
+    unsigned th = 0, dc = 0, tm = 0, bth = 0, btm = 0, fth = 0, fdc = 0;
+    ck_assert_msg(start && sscanf(strstr(start, ",threads="), ",threads=%u", &th) == 1 &&
+                      sscanf(strstr(start, ",dchunk="), ",dchunk=%u", &dc) == 1 &&
                       sscanf(strstr(start, ",tm="), ",tm=%u", &tm) == 1 &&
                       sscanf(strstr(start, "bthreads="), "bthreads=%u", &bth) == 1 &&
-                      sscanf(strstr(start, "btm="), "btm=%u", &btm) == 1,
+                      sscanf(strstr(start, "btm="), "btm=%u", &btm) == 1 &&
+                      sscanf(strstr(start, "fthreads="), "fthreads=%u", &fth) == 1 &&
+                      sscanf(strstr(start, "fdchunk="), "fdchunk=%u", &fdc) == 1,
                   "no start line:\n%s", out);
-    const int own = bth != th || btm != tm;
-    ck_assert_msg(built == 1 + own && over == 1, "built %d (start's backward of its own: %d), over %d:\n%s", built,
-                  own, over, out);
+    const int own = bth != th || btm != tm || fth != th || fdc != dc;
+    ck_assert_msg(built == 1 + own && over == 1, "built %d (start's backward or forward of its own: %d), over %d:\n%s",
+                  built, own, over, out);
     char want[64];
     snprintf(want, sizeof want, "candidates: %d run, 0 failed, ", 1 + own);
     ck_assert_msg(strstr(out, want) && strstr(out, " 1 over --max-tiles 1\n"), "%s", out);
@@ -271,7 +274,7 @@ START_TEST(test_tune_order)
             continue;
         }
         if (t[0] != start[0] || t[2] != start[2] || !strstr(line, ",bthreads=0,"))
-            continue; /* stages 2 and 3 */
+            continue; /* stages 2 to 4 */
         const unsigned a[4] = {t[1], t[3], t[4], t[5]}, b[4] = {start[1], start[3], start[4], start[5]};
         const unsigned dist = shape_distance(a, b);
         ck_assert_msg(dist >= prev, "distance %u after %u: %s", dist, prev, line);

@@ -24,11 +24,12 @@ static const char usage[] =
     "usage: castle-tune [--device P:D] [--L N] [--d N] [--heads N] [--repeat N] [--max-tiles N] [--budget S]\n"
     "                   [--file PATH] [--dry-run] [--quick]\n"
     "\n"
-    "Times castle_forward + castle_backward (B=1, H=heads, L, d) under candidate tunings, in three\n"
+    "Times castle_forward + castle_backward (B=1, H=heads, L, d) under candidate tunings, in four\n"
     "stages: every valid micro-tile shape (threads x vector x tm x tn) at the starting block and dchunk,\n"
-    "the nearest to the start first, with the backward on the same shape, then every block x dchunk with\n"
-    "the best shape (threads adjusted to fit), then the backward's own work-group size and micro-tile\n"
-    "rows (bthreads x btm) and the staging order (stage).  The start as it is stays a candidate;\n"
+    "the nearest to the start first, with the forward and the backward on the same shape, then every\n"
+    "block x dchunk with the best shape (threads adjusted to fit), then the backward's own work-group\n"
+    "size and micro-tile rows (bthreads x btm), then the forward's own work-group size and d chunk\n"
+    "(fthreads x fdchunk), and the staging order (stage).  The start as it is stays a candidate;\n"
     "prefetch stays as the start has it (it needs a compiler with __builtin_prefetch), and so do decode\n"
     "and accum (they shape the decode and causal kernels, which are not timed here; accum also whether\n"
     "the backward's loops unroll).  Each candidate runs on a fresh library context; one the device\n"
@@ -212,10 +213,11 @@ static double time_candidate(tuner *tu, const char **clock)
    FUPC), forward or backward, under r as the library installed it (derived values filled in). */
 static unsigned tiles_per_item(const castle_tuning *r)
 {
-    const unsigned threads[2] = {r->threads, r->bthreads}, tm[2] = {r->tm, r->btm};
-    const unsigned width = r->dchunk > r->block ? r->dchunk : r->block; /* the wider of FUPT's and FUPC's */
+    const unsigned threads[2] = {r->fthreads, r->bthreads}, tm[2] = {r->tm, r->btm};
+    const unsigned chunk[2] = {r->fdchunk, r->dchunk};
     unsigned most = 0;
     for (int k = 0; k < 2; ++k) {
+        const unsigned width = chunk[k] > r->block ? chunk[k] : r->block; /* the wider of FUPT's and FUPC's */
         const unsigned n = CASTLE_MT_TILES(r->block, width, tm[k], r->tn * r->vector) / threads[k];
         most = n > most ? n : most;
     }
@@ -428,13 +430,14 @@ int main(int argc, char **argv)
     consider(&tu, &best, 0, &best, &best_ms);
     const double start_ms = best_ms;
     const castle_tuning start_run = best; /* as installed, derived parameters filled in */
-    /* Stage 1 compares the shapes with the backward following each, so a start whose backward has a
-       shape of its own (the GPU entries') is timed that way too, and kept aside: it wins at the end
-       only if nothing the stages find is faster. */
-    const bool own_backward = start_run.bthreads != start_run.threads || start_run.btm != start_run.tm;
-    if (own_backward) {
+    /* Stage 1 compares the shapes with the forward and the backward following each, so a start whose
+       forward or backward has a shape of its own (the CPU and GPU entries') is timed that way too, and
+       kept aside: it wins at the end only if nothing the stages find is faster. */
+    const bool own_shape = start_run.bthreads != start_run.threads || start_run.btm != start_run.tm ||
+                           start_run.fthreads != start_run.threads || start_run.fdchunk != start_run.dchunk;
+    if (own_shape) {
         castle_tuning t = start_run;
-        t.bthreads = t.btm = 0;
+        t.bthreads = t.btm = t.fthreads = t.fdchunk = 0;
         best_ms = -1;
         consider(&tu, &t, CAP_BUDGET, &best, &best_ms);
     }
@@ -482,7 +485,8 @@ int main(int argc, char **argv)
                     e->t.vector = v;
                     e->t.tm = tm;
                     e->t.tn = tn;
-                    e->t.bthreads = e->t.btm = 0; /* the backward follows; stage 3 gives it its own shape */
+                    /* the forward and the backward follow; stages 3 and 4 give them their own shapes */
+                    e->t.bthreads = e->t.btm = e->t.fthreads = e->t.fdchunk = 0;
                     e->dist = log2_ratio(th, s1.threads) + log2_ratio(v, s1.vector) + log2_ratio(tm, s1.tm) +
                               log2_ratio(tn, s1.tn);
                     e->index = nshapes++;
@@ -490,7 +494,7 @@ int main(int argc, char **argv)
     if (!opt.quick)
         qsort(shapes, nshapes, sizeof shapes[0], shape_order);
     for (size_t k = 0; k < nshapes; ++k) {
-        if (opt.quick && (tu.tried + tu.over + tu.late >= 2 + own_backward ||
+        if (opt.quick && (tu.tried + tu.over + tu.late >= 2 + own_shape ||
                           shapes[k].t.vector != (s1.vector > 1 ? 4u : 1u)))
             continue;
         consider(&tu, &shapes[k].t, CAP_ALL, &best, &best_ms);
@@ -506,7 +510,7 @@ int main(int argc, char **argv)
             castle_tuning t = s2, pick = s2;
             t.block = blk;
             t.dchunk = c;
-            t.bthreads = t.btm = 0;
+            t.bthreads = t.btm = t.fthreads = t.fdchunk = 0;
             unsigned gap = UINT_MAX; /* the pick's distance from the best's threads, + UINT_MAX / 2 if over the cap */
             for (unsigned th = range[P_THREADS].lo; th <= range[P_THREADS].hi && th <= max_wg; th *= 2) {
                 t.threads = th;
@@ -536,6 +540,17 @@ int main(int argc, char **argv)
             t.bthreads = th;
             t.btm = tm;
             if (th != s3.bthreads || tm != s3.btm)
+                consider(&tu, &t, CAP_ALL, &best, &best_ms);
+        }
+    /* stage 4: the forward's own work-group size and d chunk (fthreads x fdchunk) under the rest of
+       the best tuning */
+    const castle_tuning s4f = best;
+    for (unsigned th = range[P_THREADS].lo; th <= range[P_THREADS].hi && th <= max_wg && !opt.quick; th *= 2)
+        for (unsigned c = range[P_DCHUNK].lo; c <= range[P_DCHUNK].hi; c *= 2) {
+            castle_tuning t = s4f;
+            t.fthreads = th;
+            t.fdchunk = c;
+            if (th != s4f.fthreads || c != s4f.fdchunk)
                 consider(&tu, &t, CAP_ALL, &best, &best_ms);
         }
     /* then the other staging orders (stage) under the rest of the best tuning */
