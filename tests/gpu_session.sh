@@ -2,8 +2,10 @@
 # test_gpu_session: tools/gpu-session.sh on the test device at a tiny shape, its --before set a copy
 # of cl/ that cannot build (every barrier() renamed to an undeclared function): the steps of the
 # built kernels pass and land in summary.txt (block kernels in two rounds, each launch's JSON,
-# decode), those of the broken set fail and are reported, exit status 1; --prepare writes a
-# revision's cl/ (where git can); bad usage exits 2.  usage: gpu_session.sh SOURCE_DIR CASTLE_BENCH
+# decode), those of the broken set fail and are reported, exit status 1; under --pack only
+# summary.txt and gpu-session.tgz are left, the archive holding every step's file and the caches;
+# --prepare writes a revision's cl/ (where git can); bad usage exits 2.
+# usage: gpu_session.sh SOURCE_DIR CASTLE_BENCH
 set -u
 root=$1 tool=$1/tools/gpu-session.sh
 fail() { echo "test_gpu_session: $*" >&2; exit 1; }
@@ -11,8 +13,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp -r "$root/cl" "$tmp/broken"
 sed -i '1i #define barrier castle_no_such_function' "$tmp/broken/common.cl"
+mkdir -p "$tmp/out"
+echo keep >"$tmp/out/other.txt" # a file of someone else's in OUT: --pack leaves it alone
 out=$(CASTLE_TOOLS=$(dirname "$2") OUT=$tmp/out bash "$tool" --before "$tmp/broken" --L 32 --t 64 --batch 1 \
-    --heads 1 2>&1)
+    --heads 1 --pack 2>&1)
 rc=$?
 [ "$rc" -eq 1 ] || fail "exit status $rc, expected 1:
 $out"
@@ -26,15 +30,21 @@ $out"
 done
 grep -q "^gpu-session.sh: 3 step(s) failed" <<<"$out" || fail "no count of the failed steps:
 $out"
-sum=$tmp/out/summary.txt
+left=$(cd "$tmp/out" && ls | tr '\n' ' ')
+[ "$left" = "gpu-session.tgz other.txt summary.txt " ] || fail "--pack left '$left' in OUT"
+mkdir "$tmp/unpacked" && tar -xzf "$tmp/out/gpu-session.tgz" -C "$tmp/unpacked" || fail "gpu-session.tgz does not unpack"
+! [ -e "$tmp/unpacked/other.txt" ] || fail "--pack took a file it did not write"
+cmp -s "$tmp/out/summary.txt" "$tmp/unpacked/summary.txt" || fail "the packed summary.txt differs"
+sum=$tmp/unpacked/summary.txt
 for w in "op=forward impl=castle .* step=bench_now_1" "op=backward impl=causal .* step=bench_now_2" \
     "op=decode impl=swl .*t=64 .* step=decode"; do
     grep -q "^$w\$" "$sum" || fail "summary.txt has no line '$w':
 $(cat "$sum")"
 done
 ! grep -q "step=bench_before" "$sum" || fail "summary.txt has lines of the broken set"
-grep -q '"launch_ms"' "$tmp/out/launches.txt" || fail "launches.txt has no per-launch times"
-ls "$tmp/out/kc_now"/*.bin >/dev/null 2>&1 || fail "no binary cache entries in kc_now"
+grep -q '"launch_ms"' "$tmp/unpacked/launches.txt" || fail "launches.txt has no per-launch times"
+ls "$tmp/unpacked/kc_now"/*.bin >/dev/null 2>&1 || fail "no binary cache entries in kc_now"
+[ -f "$tmp/unpacked/bench_before_1.txt" ] || fail "the failed steps' files are not in the archive"
 if git -C "$root" rev-parse --verify -q HEAD >/dev/null; then
     bash "$tool" --prepare HEAD "$tmp/prep" >/dev/null || fail "--prepare HEAD failed"
     [ -f "$tmp/prep/common.cl" ] && [ -f "$tmp/prep/forward.cl" ] || fail "--prepare HEAD wrote no cl/ copy"

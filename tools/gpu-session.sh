@@ -7,12 +7,14 @@
 # tools/ptx-report.sh --from-cache.  Every step has a time limit; a step that fails or times out is
 # reported and the next one runs.
 #
-# usage: tools/gpu-session.sh [--before DIR] [--L N] [--t N] [--batch N] [--heads N] [--budget S]
+# usage: tools/gpu-session.sh [--before DIR] [--L N] [--t N] [--batch N] [--heads N] [--budget S] [--pack]
 #   --before DIR  a copy of an earlier cl/ (tools/gpu-session.sh --prepare REV makes one) to time
 #                 against the built kernels, alternating, in the same run
 #   --L N, --t N  sequence length of the block kernels (4096) and cache length of decode (32768)
 #   --batch N, --heads N  batch entries and heads (2, 16: docs/performance.md's GPU shape)
 #   --budget S    skip the steps that would start after S seconds (default 420)
+#   --pack        at the end, move every file of the run but summary.txt into OUT/gpu-session.tgz
+#                 (for a device tool that brings back only a few files from OUT)
 #        tools/gpu-session.sh --prepare REV [DIR]
 #   writes REV's cl/ (git archive) to DIR (default .bundle/cl_before), for --before; run it after
 #   making the bundle, which starts from an empty .bundle
@@ -41,12 +43,13 @@ if [ "${1:-}" = --prepare ]; then
     echo "gpu-session.sh: $rev's cl/ in $dir"
     exit 0
 fi
-before= L=4096 t=32768 batch=2 heads=16 budget=420
+before= L=4096 t=32768 batch=2 heads=16 budget=420 pack=0
 num() { [[ $2 =~ ^[1-9][0-9]*$ ]] || bad "$1 needs a positive integer, not '$2'"; }
 while [ $# -gt 0 ]; do
     case $1 in
     -h | --help) usage 0 ;;
     --before) [ $# -ge 2 ] || bad "--before needs a folder"; before=$2; shift 2 ;;
+    --pack) pack=1; shift ;;
     --L | --t | --batch | --heads | --budget)
         [ $# -ge 2 ] || bad "$1 needs a value"
         num "$1" "$2"
@@ -67,7 +70,7 @@ fi
 out=${OUT:-gpu-session-out}
 mkdir -p "$out" || bad "cannot create $out"
 out=$(cd "$out" && pwd)
-start=$SECONDS failed=0
+start=$SECONDS failed=0 made=() # made: the files of OUT this run writes, but summary.txt
 step() { # <name> <limit s> <command...>: output to $out/<name>.txt, the outcome on stdout
     local name=$1 limit=$2 rc=0 t0=$SECONDS
     shift 2
@@ -75,6 +78,7 @@ step() { # <name> <limit s> <command...>: output to $out/<name>.txt, the outcome
         echo "-- $name: skipped (budget of $budget s spent)"
         return
     fi
+    made+=("$name.txt")
     timeout "$limit" "$@" >"$out/$name.txt" 2>&1 || rc=$?
     if [ $rc = 0 ]; then
         echo "-- $name: ok in $((SECONDS - t0)) s"
@@ -118,7 +122,21 @@ for f in "$out"/bench_*.txt "$out"/decode*.txt "$out"/anchors.txt; do
     [ -f "$f" ] || continue
     grep -E '^(op=|anchor=)' "$f" | grep -v '^op=.*launch_' | sed "s/\$/ step=$(basename "$f" .txt)/"
 done >"$out/summary.txt"
+# --pack: the files this run wrote (steps, caches), not whatever else OUT holds, into one archive
+if [ "$pack" = 1 ]; then
+    for set in "${sets[@]}"; do
+        [ -e "$out/kc_$set" ] && made+=("kc_$set")
+    done
+    if tar -czf "$out/gpu-session.tgz" -C "$out" summary.txt "${made[@]}"; then
+        (cd "$out" && rm -rf -- "${made[@]}")
+        echo "gpu-session.sh: packed into $out/gpu-session.tgz (tar -xzf it, then tools/ptx-report.sh" \
+            "--from-cache kc_now)"
+    else
+        echo "gpu-session.sh: --pack: tar failed; the files stay in $out"
+        failed=$((failed + 1))
+    fi
+fi
 echo "gpu-session.sh: $failed step(s) failed, $((SECONDS - start)) s; summary in $out/summary.txt" \
-    "(then tools/ptx-report.sh --from-cache $out/kc_now here)"
+    "$([ "$pack" = 1 ] || echo "(then tools/ptx-report.sh --from-cache $out/kc_now here)")"
 cat "$out/summary.txt"
 [ $failed = 0 ]
