@@ -539,26 +539,26 @@ int main(int argc, char **argv)
             castle_tuning t = s3;
             t.bthreads = th;
             t.btm = tm;
-            if (th != s3.bthreads || tm != s3.btm)
-                consider(&tu, &t, CAP_ALL, &best, &best_ms);
+            if (th != (s3.bthreads ? s3.bthreads : s3.threads) || tm != (s3.btm ? s3.btm : s3.tm))
+                consider(&tu, &t, CAP_ALL, &best, &best_ms); /* (0: following threads and tm) */
         }
     /* stage 4: the forward's own work-group size and d chunk (fthreads x fdchunk) under the rest of
        the best tuning */
-    const castle_tuning s4f = best;
+    const castle_tuning s4 = best;
     for (unsigned th = range[P_THREADS].lo; th <= range[P_THREADS].hi && th <= max_wg && !opt.quick; th *= 2)
         for (unsigned c = range[P_DCHUNK].lo; c <= range[P_DCHUNK].hi; c *= 2) {
-            castle_tuning t = s4f;
+            castle_tuning t = s4;
             t.fthreads = th;
             t.fdchunk = c;
-            if (th != s4f.fthreads || c != s4f.fdchunk)
-                consider(&tu, &t, CAP_ALL, &best, &best_ms);
+            if (th != (s4.fthreads ? s4.fthreads : s4.threads) || c != (s4.fdchunk ? s4.fdchunk : s4.dchunk))
+                consider(&tu, &t, CAP_ALL, &best, &best_ms); /* (0: following threads and dchunk) */
         }
     /* then the other staging orders (stage) under the rest of the best tuning */
-    const castle_tuning s4 = best;
+    const castle_tuning s5 = best;
     for (unsigned sg = range[P_STAGE].lo; sg <= range[P_STAGE].hi && !opt.quick; ++sg) {
-        castle_tuning t = s4;
+        castle_tuning t = s5;
         t.stage = sg;
-        if (sg != s4.stage)
+        if (sg != s5.stage)
             consider(&tu, &t, CAP_ALL, &best, &best_ms);
     }
     if (start_ms > 0 && (best_ms < 0 || start_ms <= best_ms)) {
