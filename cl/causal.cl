@@ -473,12 +473,12 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
 }
 #else
 /* Lanes per key row and key rows per team between two barriers.  On an H200 (B=2 H=16 d=64 t=32768,
-   ms) 4 lanes x 1 row took 0.275, 4 x 2 0.302 to 0.311 (six runs of one session), 8 x 1 0.293, 8 x 2
-   0.293, 4 x 4 0.361, 2 x 2 0.480 (2026-11-27, cache rows read as float4 where aligned); an earlier
-   run: 4 x 2 0.303, 16 x 4 0.359, 16 x 8 0.391 (0.453 without CD_PRE), 8 x 4 0.389, 8 x 8 0.433,
-   16 x 16 1.20 (1.00 without CD_PRE).  Wider heads take more lanes, so that a lane's accumulators
-   stay 4 quads a row (at 4 lanes a 256-wide head's would spill).  Each may be predefined to try
-   another shape (docs/performance.md, "Decode shapes"). */
+   ms) 4 lanes x 1 row took 0.275, 4 x 2 0.302 to 0.312 (eleven runs of one session; 0.327 once),
+   8 x 1 0.293, 8 x 2 0.293, 4 x 4 0.361, 2 x 2 0.480 (2026-11-27, cache rows read as float4 where
+   aligned); an earlier run: 4 x 2 0.303, 16 x 4 0.359, 16 x 8 0.391 (0.453 without CD_PRE), 8 x 4
+   0.389, 8 x 8 0.433, 16 x 16 1.20 (1.00 without CD_PRE).  Wider heads take more lanes, so that a
+   lane's accumulators stay 4 quads a row (at 4 lanes a 256-wide head's would spill).  Each may be
+   predefined to try another shape (docs/performance.md, "Decode shapes"). */
 #ifndef CD_LN
 #define CD_LNW (DACC <= 64 ? 4 : DACC <= 128 ? 8 : 16)
 #define CD_LN (CC_DNT < CD_LNW ? CC_DNT : CD_LNW)
