@@ -288,6 +288,28 @@ static void consider(tuner *tu, const castle_tuning *t, int caps, castle_tuning 
     }
 }
 
+/* The parameter at byte offset off of t (a field of castle.h's CASTLE_TUNING_PARAMS). */
+static unsigned *field_at(castle_tuning *t, size_t off) { return (unsigned *)((char *)t + off); }
+
+/* A family's own shape (stages 3 and 4): its work-group size, field th (0: following threads), x a
+   second parameter, field p (0: following field follow), th over [th_lo, th_hi] and p over [lo, hi]
+   in powers of two, under the rest of *best; the pair the best already runs is not timed again. */
+static void own_shape_stage(tuner *tu, size_t th, size_t p, size_t follow, unsigned th_lo, size_t th_hi,
+                            unsigned lo, unsigned hi, castle_tuning *best, double *best_ms)
+{
+    castle_tuning base = *best;
+    const unsigned th0 = *field_at(&base, th) ? *field_at(&base, th) : base.threads;
+    const unsigned p0 = *field_at(&base, p) ? *field_at(&base, p) : *field_at(&base, follow);
+    for (unsigned n = th_lo; n <= th_hi; n *= 2)
+        for (unsigned v = lo; v <= hi; v *= 2) {
+            castle_tuning t = base;
+            *field_at(&t, th) = n;
+            *field_at(&t, p) = v;
+            if (n != th0 || v != p0)
+                consider(tu, &t, CAP_ALL, best, best_ms);
+        }
+}
+
 /* A stage-1 candidate: its tuning, its distance from the start (log2 steps summed over threads,
    vector, tm and tn) and its place in the enumeration (the tie-break: qsort is not stable). */
 typedef struct shape_entry {
@@ -531,34 +553,23 @@ int main(int argc, char **argv)
             else
                 ++tu.skipped;
         }
-    /* stage 3: the backward's own work-group size and micro-tile rows (bthreads x btm) under the rest
-       of the best tuning */
-    const castle_tuning s3 = best;
-    for (unsigned th = range[P_THREADS].lo; th <= range[P_THREADS].hi && th <= max_wg && !opt.quick; th *= 2)
-        for (unsigned tm = range[P_TM].lo; tm <= range[P_TM].hi; tm *= 2) {
-            castle_tuning t = s3;
-            t.bthreads = th;
-            t.btm = tm;
-            if (th != (s3.bthreads ? s3.bthreads : s3.threads) || tm != (s3.btm ? s3.btm : s3.tm))
-                consider(&tu, &t, CAP_ALL, &best, &best_ms); /* (0: following threads and tm) */
-        }
-    /* stage 4: the forward's own work-group size and d chunk (fthreads x fdchunk) under the rest of
-       the best tuning */
-    const castle_tuning s4 = best;
-    for (unsigned th = range[P_THREADS].lo; th <= range[P_THREADS].hi && th <= max_wg && !opt.quick; th *= 2)
-        for (unsigned c = range[P_DCHUNK].lo; c <= range[P_DCHUNK].hi; c *= 2) {
-            castle_tuning t = s4;
-            t.fthreads = th;
-            t.fdchunk = c;
-            if (th != (s4.fthreads ? s4.fthreads : s4.threads) || c != (s4.fdchunk ? s4.fdchunk : s4.dchunk))
-                consider(&tu, &t, CAP_ALL, &best, &best_ms); /* (0: following threads and dchunk) */
-        }
+    /* stage 3: the backward's own work-group size and micro-tile rows (bthreads x btm); stage 4: the
+       forward's own work-group size and d chunk (fthreads x fdchunk); each under the rest of the best */
+    const size_t th_hi = range[P_THREADS].hi < max_wg ? range[P_THREADS].hi : max_wg;
+    if (!opt.quick) {
+        own_shape_stage(&tu, offsetof(castle_tuning, bthreads), offsetof(castle_tuning, btm),
+                        offsetof(castle_tuning, tm), range[P_THREADS].lo, th_hi, range[P_TM].lo, range[P_TM].hi,
+                        &best, &best_ms);
+        own_shape_stage(&tu, offsetof(castle_tuning, fthreads), offsetof(castle_tuning, fdchunk),
+                        offsetof(castle_tuning, dchunk), range[P_THREADS].lo, th_hi, range[P_DCHUNK].lo,
+                        range[P_DCHUNK].hi, &best, &best_ms);
+    }
     /* then the other staging orders (stage) under the rest of the best tuning */
-    const castle_tuning s5 = best;
+    const castle_tuning s4 = best;
     for (unsigned sg = range[P_STAGE].lo; sg <= range[P_STAGE].hi && !opt.quick; ++sg) {
-        castle_tuning t = s5;
+        castle_tuning t = s4;
         t.stage = sg;
-        if (sg != s5.stage)
+        if (sg != s4.stage)
             consider(&tu, &t, CAP_ALL, &best, &best_ms);
     }
     if (start_ms > 0 && (best_ms < 0 || start_ms <= best_ms)) {
