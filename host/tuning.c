@@ -188,6 +188,15 @@ size_t castle__tuning_local_bytes(const castle_tuning *t)
 
 static bool is_pow2(unsigned v) { return v && !(v & (v - 1)); }
 
+/* Whether a work-group size (tuning parameter name = n) fits the device (none given: it does). */
+static castle_status check_group_size(const char *name, unsigned n, const castle_device_info *info)
+{
+    if (info && n > info->max_work_group_size)
+        return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning %s=%u exceeds the device's max work-group size %zu", name,
+                            n, info->max_work_group_size);
+    return CASTLE_SUCCESS;
+}
+
 castle_status castle__tuning_check(const castle_tuning *t, const castle_device_info *info)
 {
     for (size_t i = 0; i < castle__tuning_nparams; ++i) {
@@ -228,21 +237,16 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
                             "vector=%u: fthreads must be a multiple of block=%u, tn x vector must divide fdchunk, and "
                             "fthreads x the tile must divide block*block=%u and block*fdchunk=%u",
                             fw.threads, fw.dchunk, t->tm, t->tn, v, b, b * b, b * fw.dchunk);
-    if (info && fw.threads > info->max_work_group_size)
-        return castle__fail(CASTLE_ERR_BAD_TUNING,
-                            "tuning fthreads=%u exceeds the device's max work-group size %zu", fw.threads,
-                            info->max_work_group_size);
-    if (info && bw.threads > info->max_work_group_size)
-        return castle__fail(CASTLE_ERR_BAD_TUNING,
-                            "tuning bthreads=%u exceeds the device's max work-group size %zu", bw.threads,
-                            info->max_work_group_size);
+    castle_status st;
+    if ((st = check_group_size("fthreads", fw.threads, info)) != CASTLE_SUCCESS ||
+        (st = check_group_size("bthreads", bw.threads, info)) != CASTLE_SUCCESS)
+        return st;
     if (info && t->decode == 2 && info->max_work_group_size < 128)
         return castle__fail(CASTLE_ERR_BAD_TUNING,
                             "tuning decode=2 runs work-groups of 128 work-items; the device's max work-group size is %zu",
                             info->max_work_group_size);
-    if (info && n > info->max_work_group_size)
-        return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning threads=%u exceeds the device's max work-group size %zu", n,
-                            info->max_work_group_size);
+    if ((st = check_group_size("threads", n, info)) != CASTLE_SUCCESS)
+        return st;
     size_t lb = castle__tuning_local_bytes(t);
     if (info && lb > info->local_mem_size)
         return castle__fail(CASTLE_ERR_BAD_TUNING,
