@@ -5,7 +5,8 @@
  *   G = G[T_j, T_i];  D_j^(k) = D_j^(k+1) - VU[T_i]^T G^T      (rolled back as a hi/lo pair)
  *   SU, A as in the forward;  P = exp(A - lse);  dA = P * (dO VC^T - Delta)
  *   dSU = -SiLU'(SU) dA;  dY = (dSU G) masked;  dG = dSU^T Y + dD_j^T VU[T_i]^T;  dZ = dG G (1 - G)
- * Row block i receives dQC, dVU, dKU; column block j receives dKC, dVC, dQU and dD_j.  No two
+ * Row block i receives dQC, dVU, dKU and its sum of dY (multiplied out at k = 0); column block j
+ * receives dKC, dVC, dQU and dD_j.  No two
  * work-groups of a launch write the same memory: no atomics, bitwise reproducible.
  * Row block i is first touched at k = i (j = 0), column block j at i = N-1: those work-groups
  * initialise the gradients instead of accumulating.
@@ -13,7 +14,8 @@
  * touch), the working copy W hi/lo of D_j^(k) (rolled back here, so the forward's state survives and
  * the backward can run again), dD (gradient of D_j^(k+1)), Delta (rowsum(dO * O), written by the
  * first touch of each row block and read by its later pairs), X (the forward's scaled masked X
- * blocks and their transposes), and the block-transposed copies (common.cl) of QU, KU, QC, KC as the
+ * blocks and their transposes), dY (the gradient of each X block, summed over its row block's pairs),
+ * and the block-transposed copies (common.cl) of QU, KU, QC, KC as the
  * forward wrote them and of VU, VC, dO (castle_transpose_blocks, launched before the wavefront). */
 
 #if (NT % BLK) != 0 && (BLK % NT) != 0
@@ -75,11 +77,11 @@ __attribute__((always_inline)) inline void accumulate(__global float *p, int n, 
     __global float *dvu, const ulong4 sdvu, __global float *dqc, const ulong4 sdqc, \
     __global float *dkc, const ulong4 sdkc, __global float *dvc, const ulong4 sdvc, __global float *ws, \
     const ulong ws_dlo, const ulong ws_whi, const ulong ws_wlo, const ulong ws_dd, const ulong ws_delta, \
-    const ulong ws_x, const ulong ws_t
+    const ulong ws_x, const ulong ws_t, const ulong ws_dy
 #define BACKWARD_BLOCK_ARGS \
     L, d, H, W, sc, qu, squ, ku, sku, vu, svu, qc, sqc, kc, skc, vc, svc, o, so, lse, slse, dout, sdo, \
     dqu, sdqu, dku, sdku, dvu, sdvu, dqc, sdqc, dkc, sdkc, dvc, sdvc, ws, ws_dlo, ws_whi, ws_wlo, \
-    ws_dd, ws_delta, ws_x, ws_t
+    ws_dd, ws_delta, ws_x, ws_t, ws_dy
 
 /* The block pair (i = j + k, j) of batch entry x head bh, computed by the whole work-group. */
 inline void backward_block(__local float *lm, const int k, const int j, const int bh, BACKWARD_BLOCK_PARAMS)
@@ -112,6 +114,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __global float *dD = ws + ws_dd + bhd;
     __global float *Delta = ws + ws_delta + (ulong)bh * Lpad; /* per row, written at the row's first touch */
     __global const float *X = ws + ws_x + ((ulong)bh * N + i) * (2 * BLK * BLK), *XT = X + BLK * BLK;
+    __global float *dYsum = ws + ws_dy + ((ulong)bh * N + i) * (BLK * BLK); /* row block i's dY so far */
     /* block-transposed copies of the inputs (common.cl, castle_transpose_blocks) */
     __global const float *xqu = tcopy(ws, ws_t, CASTLE_T_QU, bh, Lpad, d);
     __global const float *xku = tcopy(ws, ws_t, CASTLE_T_KU, bh, Lpad, d);
@@ -329,13 +332,20 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Phase C: dY = (dSU G) masked j' <= t (into Y's place and dYt), and the dSU^T Y part of dG
-       (rows s, columns j'; Y[t][j'] is masked for t < j', dSU[t][s] for t < s at k = 0). */
+    /* Phase C: this pair's part of dY = (dSU G) masked j' <= t, and the dSU^T Y part of dG (rows s,
+       columns j'; Y[t][j'] is masked for t < j', dSU[t][s] for t < s at k = 0).  Y = X[T_i, T_i] is
+       one block for every pair of row block i, so its gradient is summed over those pairs in the
+       workspace (dYsum: written at the row's first touch, k = i, added to at later steps) and
+       multiplied out once, by the row's last pair (the diagonal, k = 0): dQC += sc dY VU and
+       dVU += sc dY^T QC cost two d-long products per row block instead of per pair.  Only the
+       diagonal keeps dY in local memory (Y's place, and dYt). */
     vfloat dy[FUPT][MT_ACC];
+    ACC_UNROLL for (int m = 0; m < FUPT; ++m)
+        mt_zero(dy[m]); /* also the part of a pair outside the window (no gate work), which the
+                           first touch writes */
     if (gate)
         ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-            mt_zero(dy[m]);
             if (diag)
                 mt_product_lower(dy[m], MT_AM(sdSU, sdSUt, row0), sG + col0, BLK, row0);
             else
@@ -346,8 +356,20 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             }
             mt_product_from(g[m], sdSU + row0, BLK, sY + col0, BLK, row0, diag ? 0 : -1, col0, true, lane);
         }
+    if (!(diag && first_row) && (gate || first_row)) /* i = 0 has one pair: nothing to sum */
+        ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
+            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+            ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
+                __global float *p = dYsum + (row0 + e / TN) * BLK + col0 + (e % TN) * VW;
+                const vfloat v = first_row ? dy[m][e] : GVLOAD(p) + dy[m][e];
+                if (diag)
+                    dy[m][e] = v; /* the whole dY of row block i */
+                else
+                    GVSTORE(v, p);
+            }
+        }
     barrier(CLK_LOCAL_MEM_FENCE); /* every read of Y is done */
-    if (gate)
+    if (diag)
         ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
@@ -369,7 +391,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         stage_tile(T0, pqc, sqc.z, t0, L, c0, DT, d, false);
         stage_tile(T1, pkc, skc.z, s0, L, c0, DT, d, false);
         stage_tile(T2, pdo, sdo.z, t0, L, c0, DT, d, false);
-        if (gate)
+        if (diag)
             stage_tile(T3, pvu, svu.z, t0, L, c0, DT, d, false);
         if (k > 0)
             stage_tile(T6, Whi, (ulong)d, s0, L, c0, DT, d, false);
@@ -383,7 +405,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
         ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
-            /* row block i, rows t: dQC = dA KC + dSU D^T + dY VU; rows j': dVU = G^T dD + sc dY^T QC */
+            /* row block i, rows t: dQC = dA KC + dSU D^T + dY VU; rows j': dVU = G^T dD + sc dY^T QC
+               (the dY terms at k = 0 only, for all the row block's pairs: phase C) */
             vfloat vq[MT_ACC], vv[MT_ACC], w[MT_ACC];
             mt_zero(vq);
             mt_zero(vv);
@@ -393,14 +416,17 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 mt_product(vq, MT_AM(sdA, sdAt, row0), T1 + col0, DT, BLK);
             if (k > 0)
                 mt_product(vq, MT_AM(sdSU, sdSUt, row0), T6 + col0, DT, BLK);
-            if (gate) {
+            if (diag) /* dY: the whole row block's (phase C) */
                 mt_product_lower(vq, MT_AM(sdY, sdYt, row0), T3 + col0, DT, row0);
+            if (gate) {
                 if (W) /* G[s][j'] = 0 unless j' - W <= s < j' */
                     mt_product_band(vv, sG + row0, BLK, T5 + col0, DT, row0, kb - Wb, kb);
                 else if (diag)
                     mt_product_below(vv, sG + row0, BLK, T5 + col0, DT, row0);
                 else
                     mt_product(vv, sG + row0, BLK, T5 + col0, DT, BLK);
+            }
+            if (diag) {
                 mt_zero(w);
                 mt_product_from(w, sdY + row0, BLK, T0 + col0, DT, row0, 0, 0, false, lane);
                 ACC_UNROLL for (int e = 0; e < MT_ACC; ++e)

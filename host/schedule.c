@@ -131,8 +131,8 @@ castle_status castle__schedule_backward(castle_context *ctx, const castle_proble
         CASTLE_TENSOR_QU, CASTLE_TENSOR_KU,  CASTLE_TENSOR_VU,  CASTLE_TENSOR_QC,  CASTLE_TENSOR_KC,
         CASTLE_TENSOR_VC, CASTLE_TENSOR_O,   CASTLE_TENSOR_LSE, CASTLE_TENSOR_DO,  CASTLE_TENSOR_DQU,
         CASTLE_TENSOR_DKU, CASTLE_TENSOR_DVU, CASTLE_TENSOR_DQC, CASTLE_TENSOR_DKC, CASTLE_TENSOR_DVC};
-    static const castle_ws_region regions[] = {CASTLE_WS_D_LO, CASTLE_WS_W_HI, CASTLE_WS_W_LO,
-                                               CASTLE_WS_DD,   CASTLE_WS_DELTA, CASTLE_WS_X, CASTLE_WS_T};
+    static const castle_ws_region regions[] = {CASTLE_WS_D_LO,  CASTLE_WS_W_HI, CASTLE_WS_W_LO, CASTLE_WS_DD,
+                                               CASTLE_WS_DELTA, CASTLE_WS_X,    CASTLE_WS_T,    CASTLE_WS_DY};
     const bool folded = fold(ctx, p);
     const char *name = folded ? "castle_backward_fold" : "castle_backward_block";
     cl_kernel kernel;
@@ -140,7 +140,7 @@ castle_status castle__schedule_backward(castle_context *ctx, const castle_proble
     if (st != CASTLE_SUCCESS)
         return st;
     castle_args args = {.n = 0};
-    common_args(&args, p, bufs, tensors, 15, ws, regions, 7);
+    common_args(&args, p, bufs, tensors, 15, ws, regions, 8);
     return run(ctx, CASTLE_FAMILY_BACKWARD, kernel, name, &args, p, bufs, &backward_transposes, ws, folded,
                (int)p->N - 1, -1, queue, nwait, wait, event);
 }

@@ -11,7 +11,8 @@
    and their transposes, N x 2 BLK x BLK; the softmax state m, l, Lpad x 2; the block-transposed copies of seven inputs
    that a pass stages its k-major tiles from, cl/common.cl castle_transpose_blocks, 7 x Lpad x d
    slot-major, the forward's CASTLE_WS_T_FORWARD slots first), then the backward's own (its working
-   copy of D, hi and lo, and dD, Lpad x d each; Delta = rowsum(dO * O), Lpad).  A forward alone
+   copy of D, hi and lo, and dD, Lpad x d each; Delta = rowsum(dO * O), Lpad; the gradient of each
+   X block summed over its row block's block pairs, N x BLK x BLK).  A forward alone
    needs ws_forward_floats. */
 #define CASTLE_WS_T_SLOTS 7   /* slots of CASTLE_WS_T (cl/common.cl CASTLE_T_*) */
 #define CASTLE_WS_T_FORWARD 4 /* the first slots, the forward's; the backward fills the others */
@@ -26,6 +27,7 @@ typedef enum castle_ws_region {
     CASTLE_WS_W_LO,
     CASTLE_WS_DD,
     CASTLE_WS_DELTA,
+    CASTLE_WS_DY,
     CASTLE_WS_COUNT
 } castle_ws_region;
 
