@@ -145,8 +145,9 @@ castle_status castle__check_desc(const castle_context *ctx, const castle_attenti
     /* Workspace regions (castle_ws_region), each for all batch entries x heads. */
     size_t dsz, xsz, mlsz, tsz, rsz, ysz;
     if (!mul_ok(p->Lpad, p->d, &dsz) || !mul_ok(dsz, bh, &dsz) || !mul_ok(p->N, 2 * blk * blk, &xsz) ||
-        !mul_ok(xsz, bh, &xsz) || !mul_ok(p->N, blk * blk, &ysz) || !mul_ok(ysz, bh, &ysz) || !mul_ok(p->Lpad, 2, &mlsz) || !mul_ok(mlsz, bh, &mlsz) ||
-        !mul_ok(dsz, CASTLE_WS_T_SLOTS, &tsz) || !mul_ok(p->Lpad, bh, &rsz))
+        !mul_ok(xsz, bh, &xsz) || !mul_ok(p->Lpad, 2, &mlsz) || !mul_ok(mlsz, bh, &mlsz) ||
+        !mul_ok(dsz, CASTLE_WS_T_SLOTS, &tsz) || !mul_ok(p->Lpad, bh, &rsz) || !mul_ok(p->N, blk * blk, &ysz) ||
+        !mul_ok(ysz, bh, &ysz))
         return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "the workspace size overflows");
     const size_t region[CASTLE_WS_COUNT] = {dsz, dsz, xsz, mlsz, tsz, dsz, dsz, dsz, rsz, ysz};
     size_t total = 0;
