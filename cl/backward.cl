@@ -6,17 +6,17 @@
  *   SU, A as in the forward;  P = exp(A - lse);  dA = P * (dO VC^T - Delta)
  *   dSU = -SiLU'(SU) dA;  dY = (dSU G) masked;  dG = dSU^T Y + dD_j^T VU[T_i]^T;  dZ = dG G (1 - G)
  * Row block i receives dQC, dVU, dKU and its sum of dY (multiplied out at k = 0); column block j
- * receives dKC, dVC, dQU and dD_j.  No two
- * work-groups of a launch write the same memory: no atomics, bitwise reproducible.
+ * receives dKC, dVC, dQU and dD_j.  No two work-groups of a launch write the same memory: no
+ * atomics, bitwise reproducible.
  * Row block i is first touched at k = i (j = 0), column block j at i = N-1: those work-groups
  * initialise the gradients instead of accumulating.
  * Workspace regions (floats, per batch entry x head): the forward's D hi/lo (read at a column's first
  * touch), the working copy W hi/lo of D_j^(k) (rolled back here, so the forward's state survives and
  * the backward can run again), dD (gradient of D_j^(k+1)), Delta (rowsum(dO * O), written by the
  * first touch of each row block and read by its later pairs), X (the forward's scaled masked X
- * blocks and their transposes), dY (the gradient of each X block, summed over its row block's pairs),
- * and the block-transposed copies (common.cl) of QU, KU, QC, KC as the
- * forward wrote them and of VU, VC, dO (castle_transpose_blocks, launched before the wavefront). */
+ * blocks and their transposes), dY (the gradient of each X block, summed over its row block's
+ * pairs), and the block-transposed copies (common.cl) of QU, KU, QC, KC as the forward wrote them
+ * and of VU, VC, dO (castle_transpose_blocks, launched before the wavefront). */
 
 #if (NT % BLK) != 0 && (BLK % NT) != 0
 #error "backward.cl: NT must be a multiple or a divisor of BLK"
@@ -339,10 +339,10 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
        multiplied out once, by the row's last pair (the diagonal, k = 0): dQC += sc dY VU and
        dVU += sc dY^T QC cost two d-long products per row block instead of per pair.  Only the
        diagonal keeps dY in local memory (Y's place, and dYt). */
-    vfloat dy[FUPT][MT_ACC];
+    vfloat dy[FUPT][MT_ACC]; /* 0 for a pair without gate work (beyond the window), whose first touch
+                                of a row still writes the sum */
     ACC_UNROLL for (int m = 0; m < FUPT; ++m)
-        mt_zero(dy[m]); /* also the part of a pair outside the window (no gate work), which the
-                           first touch writes */
+        mt_zero(dy[m]);
     if (gate)
         ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
