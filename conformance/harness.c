@@ -186,8 +186,28 @@ h_poison h_poisoned = {-1, 0, 0.0f};
 
 /* causal: the standard causal attention of the baseline (castle_causal_*) on QC, KC, VC, O, LSE, DO and
    DQC..DVC, against ref_causal_*; the other tensors' buffers exist but must stay untouched. */
+/* The raw contents of the six gradient buffers (guards included), one after another, into *all
+   (malloc'd; *count floats). */
+static bool read_gradients(cl_command_queue q, const h_guarded *g, float **all, size_t *count)
+{
+    size_t total = 0;
+    for (int t = CASTLE_TENSOR_DQU; t <= CASTLE_TENSOR_DVC; ++t)
+        total += g[t].pre + g[t].span + g[t].post;
+    *count = total;
+    if (!(*all = malloc(total * sizeof(float))))
+        return false;
+    size_t at = 0;
+    for (int t = CASTLE_TENSOR_DQU; t <= CASTLE_TENSOR_DVC; ++t) {
+        const size_t len = g[t].pre + g[t].span + g[t].post;
+        if (clEnqueueReadBuffer(q, g[t].parent, CL_TRUE, 0, len * sizeof(float), *all + at, 0, NULL, NULL))
+            return false;
+        at += len;
+    }
+    return true;
+}
+
 static castle_status run_case(castle_context *ctx, cl_command_queue q, const h_fwd_case *c, bool backward,
-                              bool with_ref, h_grad_ref gref, bool keep, bool causal, h_fwd_out *out)
+                              bool with_ref, h_grad_ref gref, bool keep, bool causal, bool again, h_fwd_out *out)
 {
     memset(out, 0, sizeof *out);
     castle_attention_desc desc;
@@ -279,6 +299,28 @@ static castle_status run_case(castle_context *ctx, cl_command_queue q, const h_f
     }
     clWaitForEvents(1, &ev);
     clReleaseEvent(ev);
+    if (again) { /* the same castle_backward once more, on the same workspace, compared bitwise */
+        float *first = NULL, *second = NULL;
+        size_t n1 = 0, n2 = 0;
+        bool ok = read_gradients(q, g, &first, &n1);
+        ev = NULL;
+        if (ok)
+            st = castle_backward(ctx, &desc, g[0].view, g[1].view, g[2].view, g[3].view, g[4].view, g[5].view,
+                                 g[6].view, g[7].view, g[WS].view, g[8].view, g[9].view, g[10].view, g[11].view,
+                                 g[12].view, g[13].view, g[14].view, q, 0, NULL, &ev);
+        if (ok && !st) {
+            clWaitForEvents(1, &ev);
+            clReleaseEvent(ev);
+            ok = read_gradients(q, g, &second, &n2);
+            out->again_same = ok && n1 == n2 && !memcmp(first, second, n1 * sizeof(float));
+        }
+        free(first);
+        free(second);
+        if (!ok && !st)
+            st = CASTLE_ERR_OUT_OF_HOST_MEMORY;
+        if (st)
+            goto done;
+    }
 
     out->guards_ok = h_guarded_read(q, &g[WS], NULL, NULL);
     for (int t = 0; t < NT_; ++t) /* outputs: guards and gaps; inputs: entirely untouched */
@@ -402,23 +444,29 @@ done:
 castle_status h_run_forward(castle_context *ctx, cl_command_queue q, const h_fwd_case *c, bool with_ref, bool keep,
                             h_fwd_out *out)
 {
-    return run_case(ctx, q, c, false, with_ref, H_GRAD_NONE, keep, false, out);
+    return run_case(ctx, q, c, false, with_ref, H_GRAD_NONE, keep, false, false, out);
 }
 
 castle_status h_run_backward(castle_context *ctx, cl_command_queue q, const h_fwd_case *c, h_grad_ref ref, bool keep,
                              h_fwd_out *out)
 {
-    return run_case(ctx, q, c, true, ref != H_GRAD_NONE, ref, keep, false, out);
+    return run_case(ctx, q, c, true, ref != H_GRAD_NONE, ref, keep, false, false, out);
+}
+
+castle_status h_run_backward_again(castle_context *ctx, cl_command_queue q, const h_fwd_case *c, h_grad_ref ref,
+                                   bool keep, h_fwd_out *out)
+{
+    return run_case(ctx, q, c, true, ref != H_GRAD_NONE, ref, keep, false, true, out);
 }
 
 castle_status h_run_causal_forward(castle_context *ctx, cl_command_queue q, const h_fwd_case *c, bool keep,
                                    h_fwd_out *out)
 {
-    return run_case(ctx, q, c, false, true, H_GRAD_NONE, keep, true, out);
+    return run_case(ctx, q, c, false, true, H_GRAD_NONE, keep, true, false, out);
 }
 
 castle_status h_run_causal_backward(castle_context *ctx, cl_command_queue q, const h_fwd_case *c, bool keep,
                                     h_fwd_out *out)
 {
-    return run_case(ctx, q, c, true, true, H_GRAD_EXACT, keep, true, out);
+    return run_case(ctx, q, c, true, true, H_GRAD_EXACT, keep, true, false, out);
 }

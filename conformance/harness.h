@@ -59,6 +59,7 @@ typedef struct h_fwd_out {
     double err_grad[6];
     bool guards_ok;
     bool finite;
+    bool again_same; /* h_run_backward_again: the second castle_backward gave bitwise the first's gradients */
     float *o, *lse;        /* logical (B, H, L, d) / (B, H, L) device results, if keep was set */
     float *grad[6];        /* logical (B, H, L, d) gradients, if keep was set (backward) */
 } h_fwd_out;
@@ -91,6 +92,12 @@ castle_status h_run_forward(castle_context *ctx, cl_command_queue queue, const h
    `ref` (forward outputs with the recurrent reference when ref != H_GRAD_NONE). */
 castle_status h_run_backward(castle_context *ctx, cl_command_queue queue, const h_fwd_case *c, h_grad_ref ref,
                              bool keep, h_fwd_out *out);
+/* As h_run_backward, with castle_backward run twice on the workspace of one castle_forward (the
+   gradients reported are the second run's): out->again_same says whether both runs wrote bitwise
+   the same gradients, which they must, as the backward leaves the forward's state intact and
+   overwrites its own scratch. */
+castle_status h_run_backward_again(castle_context *ctx, cl_command_queue queue, const h_fwd_case *c, h_grad_ref ref,
+                                   bool keep, h_fwd_out *out);
 /* Standard causal attention (castle_causal_forward, then castle_causal_backward with dO) on QC, KC, VC
    of case c (W ignored), against ref_causal_forward / ref_causal_backward: err_o, err_lse, and the
    gradients dq, dk, dv in err_grad[3..5] measured as max |got - ref| / max(0.1, max |ref|)

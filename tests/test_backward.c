@@ -16,9 +16,8 @@ static const char *const grad_names[6] = {"dqu", "dku", "dvu", "dqc", "dkc", "dv
 START_TEST(test_shapes) { conformance_check(CONF_BACKWARD, _i); }
 END_TEST
 
-/* Two runs give bitwise identical gradients (no atomics), and the backward leaves the forward's
-   workspace state intact (the harness runs forward + backward; running the backward again on the
-   same workspace is what test_repeat_backward in the API suite... here: two full runs). */
+/* Two runs (forward + backward, each on a workspace of its own) give bitwise identical gradients:
+   no atomics, no dependence on work-group order. */
 START_TEST(test_deterministic)
 {
     h_fwd_case c = {2, 2, 200, 48, _i ? 7 : 0, H_BLHD, 1, 0, 77};
@@ -30,6 +29,25 @@ START_TEST(test_deterministic)
         ck_assert_msg(!memcmp(a.grad[k], b.grad[k], n * sizeof(float)), "%s differs between two runs", grad_names[k]);
     h_fwd_out_free(&a);
     h_fwd_out_free(&b);
+}
+END_TEST
+
+/* castle_backward twice on the workspace of one castle_forward: bitwise the same gradients, and the
+   second run's within BACKWARD_TOL of the fp64 reference.  The backward must leave the forward's
+   state intact and write its own scratch (the working copy of D, dD, Delta, the sums of dY) before
+   it reads it, whatever a previous backward left there.  Folded (B H = 4, four blocks under the CPU
+   entries) and per anti-diagonal (B H = 1), without and with a window. */
+START_TEST(test_again)
+{
+    static const h_fwd_case cases[] = {{2, 2, 200, 48, 0, H_BLHD, 1, 0, 78}, {1, 1, 200, 48, 7, H_BHLD, 1, 0, 79}};
+    const h_fwd_case *c = &cases[_i];
+    h_fwd_out out;
+    ck_assert(h_run_backward_again(h_context(), h_queue(), c, H_GRAD_EXACT, false, &out) == CASTLE_SUCCESS);
+    ck_assert_msg(out.again_same, "W=%ld: a second backward on the same workspace changed the gradients", c->W);
+    ck_assert(out.finite && out.guards_ok);
+    for (int k = 0; k < 6; ++k)
+        ck_assert_msg(out.err_grad[k] <= BACKWARD_TOL, "W=%ld: %s of the second backward: error %.3g > %g", c->W,
+                      grad_names[k], out.err_grad[k], BACKWARD_TOL);
 }
 END_TEST
 
@@ -145,6 +163,7 @@ int main(void)
     tc = tcase_create("properties");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_deterministic, 0, 2);
+    tcase_add_loop_test(tc, test_again, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("magnitudes");
     tcase_set_timeout(tc, 300);
