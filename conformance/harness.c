@@ -206,6 +206,15 @@ static bool read_gradients(cl_command_queue q, const h_guarded *g, float **all, 
     return true;
 }
 
+/* castle_backward on the case's buffers g (indexed by castle_tensor, the workspace after them). */
+static castle_status enqueue_backward(castle_context *ctx, const castle_attention_desc *desc, const h_guarded *g,
+                                      cl_command_queue q, cl_uint nwait, const cl_event *wait, cl_event *ev)
+{
+    return castle_backward(ctx, desc, g[0].view, g[1].view, g[2].view, g[3].view, g[4].view, g[5].view, g[6].view,
+                           g[7].view, g[CASTLE_TENSOR_COUNT].view, g[8].view, g[9].view, g[10].view, g[11].view,
+                           g[12].view, g[13].view, g[14].view, q, nwait, wait, ev);
+}
+
 static castle_status run_case(castle_context *ctx, cl_command_queue q, const h_fwd_case *c, bool backward,
                               bool with_ref, h_grad_ref gref, bool keep, bool causal, bool again, h_fwd_out *out)
 {
@@ -289,9 +298,7 @@ static castle_status run_case(castle_context *ctx, cl_command_queue q, const h_f
         cl_event ev2 = NULL;
         st = causal ? castle_causal_backward(ctx, &desc, g[3].view, g[4].view, g[5].view, g[6].view, g[7].view,
                                              g[8].view, g[12].view, g[13].view, g[14].view, q, 1, &ev, &ev2)
-                    : castle_backward(ctx, &desc, g[0].view, g[1].view, g[2].view, g[3].view, g[4].view, g[5].view,
-                                      g[6].view, g[7].view, g[WS].view, g[8].view, g[9].view, g[10].view, g[11].view,
-                                      g[12].view, g[13].view, g[14].view, q, 1, &ev, &ev2);
+                    : enqueue_backward(ctx, &desc, g, q, 1, &ev, &ev2);
         clReleaseEvent(ev);
         ev = ev2;
         if (st)
@@ -305,9 +312,7 @@ static castle_status run_case(castle_context *ctx, cl_command_queue q, const h_f
         bool ok = read_gradients(q, g, &first, &n1);
         ev = NULL;
         if (ok)
-            st = castle_backward(ctx, &desc, g[0].view, g[1].view, g[2].view, g[3].view, g[4].view, g[5].view,
-                                 g[6].view, g[7].view, g[WS].view, g[8].view, g[9].view, g[10].view, g[11].view,
-                                 g[12].view, g[13].view, g[14].view, q, 0, NULL, &ev);
+            st = enqueue_backward(ctx, &desc, g, q, 0, NULL, &ev);
         if (ok && !st) {
             clWaitForEvents(1, &ev);
             clReleaseEvent(ev);
