@@ -35,8 +35,9 @@ END_TEST
 /* castle_backward twice on the workspace of one castle_forward: bitwise the same gradients, and the
    second run's within BACKWARD_TOL of the fp64 reference.  The backward must leave the forward's
    state intact and write its own scratch (the working copy of D, dD, Delta, the sums of dY) before
-   it reads it, whatever a previous backward left there.  Folded (B H = 4, four blocks under the CPU
-   entries) and per anti-diagonal (B H = 1), without and with a window. */
+   it reads it, whatever a previous backward left there.  B H = 4 (four blocks under the CPU
+   entries: folded on a device of at most 2 compute units, schedule.c) and B H = 1 (one launch per
+   anti-diagonal), without and with a window. */
 START_TEST(test_again)
 {
     static const h_fwd_case cases[] = {{2, 2, 200, 48, 0, H_BLHD, 1, 0, 78}, {1, 1, 200, 48, 7, H_BHLD, 1, 0, 79}};
