@@ -184,8 +184,9 @@ static double max_err(const float *got, const double *ref, size_t n, double floo
 
 h_poison h_poisoned = {-1, 0, 0.0f};
 
-/* causal: the standard causal attention of the baseline (castle_causal_*) on QC, KC, VC, O, LSE, DO and
-   DQC..DVC, against ref_causal_*; the other tensors' buffers exist but must stay untouched. */
+/* A case's buffers: one per castle_tensor, then the workspace. */
+enum { WS = CASTLE_TENSOR_COUNT };
+
 /* The raw contents of the six gradient buffers (guards included), one after another, into *all
    (malloc'd; *count floats). */
 static bool read_gradients(cl_command_queue q, const h_guarded *g, float **all, size_t *count)
@@ -206,15 +207,18 @@ static bool read_gradients(cl_command_queue q, const h_guarded *g, float **all, 
     return true;
 }
 
-/* castle_backward on the case's buffers g (indexed by castle_tensor, the workspace after them). */
+/* castle_backward on the case's buffers g. */
 static castle_status enqueue_backward(castle_context *ctx, const castle_attention_desc *desc, const h_guarded *g,
                                       cl_command_queue q, cl_uint nwait, const cl_event *wait, cl_event *ev)
 {
     return castle_backward(ctx, desc, g[0].view, g[1].view, g[2].view, g[3].view, g[4].view, g[5].view, g[6].view,
-                           g[7].view, g[CASTLE_TENSOR_COUNT].view, g[8].view, g[9].view, g[10].view, g[11].view,
-                           g[12].view, g[13].view, g[14].view, q, nwait, wait, ev);
+                           g[7].view, g[WS].view, g[8].view, g[9].view, g[10].view, g[11].view, g[12].view, g[13].view,
+                           g[14].view, q, nwait, wait, ev);
 }
 
+/* causal: the standard causal attention of the baseline (castle_causal_*) on QC, KC, VC, O, LSE, DO and
+   DQC..DVC, against ref_causal_*; the other tensors' buffers exist but must stay untouched.  again: the
+   backward runs twice on one forward's workspace (h_run_backward_again). */
 static castle_status run_case(castle_context *ctx, cl_command_queue q, const h_fwd_case *c, bool backward,
                               bool with_ref, h_grad_ref gref, bool keep, bool causal, bool again, h_fwd_out *out)
 {
@@ -232,7 +236,6 @@ static castle_status run_case(castle_context *ctx, cl_command_queue q, const h_f
 
     /* The tensors this run uses, then the workspace. Inputs: QU..VC (logical 0..5) and DO (6). */
     const int NT_ = backward ? CASTLE_TENSOR_COUNT : CASTLE_TENSOR_LSE + 1;
-    enum { WS = CASTLE_TENSOR_COUNT };
     castle_status st = CASTLE_SUCCESS;
     h_guarded g[CASTLE_TENSOR_COUNT + 1];
     memset(g, 0, sizeof g);
