@@ -1,6 +1,9 @@
 """Devices, device buffers and the NumPy / pyopencl front end of libcastle."""
 
 import ctypes
+import math
+import numbers
+import operator
 import os
 import weakref
 from collections import namedtuple
@@ -34,6 +37,38 @@ def _check(status, call):
 def _cl_check(err, call):
     if err != 0:
         raise CastleError(err, f"{call} failed", call)
+
+
+def _int(fn, name, v, ctype, lo=None, hi=None, what=""):
+    """v as a Python int for a C field of type ctype (ctypes.c_size_t, c_long, ...), in lo..hi, which
+    default to the type's range (ctypes would wrap a value outside it silently); else ValueError naming
+    the argument.  Takes ints, NumPy integers and integral floats (2.0)."""
+    tlo, thi = _lib.c_range(ctype)
+    lo, hi = tlo if lo is None else max(lo, tlo), thi if hi is None else min(hi, thi)
+    try:
+        n = operator.index(v)
+    except TypeError:
+        real = isinstance(v, numbers.Real) and math.isfinite(v) and float(v).is_integer()
+        n = int(v) if real else None
+    if n is None or not lo <= n <= hi:
+        raise ValueError(f"{fn}: {name}={v!r}; expected an integer in {lo}..{hi}{what}")
+    return n
+
+
+def _scale(fn, scale):
+    """The descriptor's float scale for scale (None: 0.0, which the library reads as 1/sqrt(d)); else
+    ValueError unless scale is a real number that stays finite and > 0 as a float32 (a positive scale
+    that rounds to 0 would silently become the default)."""
+    if scale is None:
+        return 0.0
+    try:
+        s = ctypes.c_float(float(scale)).value if isinstance(scale, numbers.Real) else None
+    except OverflowError:  # an int past float64
+        s = math.inf
+    if s is None or not (math.isfinite(s) and s > 0):
+        raise ValueError(f"{fn}: scale={scale!r}; expected a real number > 0, finite and nonzero as a float32 "
+                         "(None = 1/sqrt(d))")
+    return s
 
 
 # ---- devices ---------------------------------------------------------------------------------
@@ -94,14 +129,12 @@ class Device:
             self.spec = spec if spec is not None else os.environ.get("CASTLE_DEVICE") or "0:0"
         else:
             self.spec = spec
-        self._handle = _handle
-        self._finalizer = weakref.finalize(self, lib.castle_context_destroy, _handle)
+        self._caches = []  # finalizers of the caches made on this context: they go before it does
+        self._finalizer = weakref.finalize(self, _destroy_context, _handle, self._caches)
         self._pyopencl_queue = _pyopencl_queue
         q = _pyopencl_queue.int_ptr if _pyopencl_queue is not None else lib.castle_context_queue(_handle)
-        self.queue = q  # cl_command_queue every call of this package enqueues on
-        self.cl_context = lib.castle_context_cl_context(_handle)
-        self.cl_device = lib.castle_context_device(_handle)
-        self.name = _info_str(cl.clGetDeviceInfo, self.cl_device, _lib.CL_DEVICE_NAME)
+        self._raw = (_handle, q, lib.castle_context_cl_context(_handle), lib.castle_context_device(_handle))
+        self.name = _info_str(cl.clGetDeviceInfo, self._raw[3], _lib.CL_DEVICE_NAME)
 
     @classmethod
     def from_pyopencl(cls, queue):
@@ -112,8 +145,31 @@ class Device:
         return cls(f"pyopencl:{queue.device.name}", _handle=h.value, _pyopencl_queue=queue)
 
     @property
+    def closed(self):
+        """Whether close() ran (or the context is otherwise gone)."""
+        return not self._finalizer.alive
+
+    def _open(self):
+        """self, or ValueError once the device is closed: every use of its context, queue and OpenCL
+        handles goes through here (the properties below, and _device() for every device= argument)."""
+        if not self._finalizer.alive:
+            raise ValueError(f"{self!r} is closed")
+        return self
+
+    _handle = property(lambda self: self._open()._raw[0], doc="The castle_context *.")
+    queue = property(lambda self: self._open()._raw[1],
+                     doc="The cl_command_queue every call of this package enqueues on.")
+    cl_context = property(lambda self: self._open()._raw[2], doc="The cl_context.")
+    cl_device = property(lambda self: self._open()._raw[3], doc="The cl_device_id.")
+
+    def _own(self, finalizer):
+        """Registers the finalizer of a cache made on this context: close() runs it first."""
+        self._caches[:] = [f for f in self._caches if f.alive] + [finalizer]
+
+    @property
     def pyopencl_queue(self):
         """This device's queue as a pyopencl.CommandQueue (for making arrays the calls use in place)."""
+        self._open()
         if self._pyopencl_queue is None:
             import pyopencl
             self._pyopencl_queue = pyopencl.CommandQueue.from_int_ptr(self.queue, retain=True)
@@ -134,19 +190,31 @@ class Device:
         _cl_check(cl.clFinish(self.queue), "clFinish")
 
     def close(self):
+        """Releases the context now, and with it the caches made on it (castle.h: a cache's context
+        must outlive it); later use of the device or of those caches raises ValueError.  Buffers
+        and arrays made on it stay safe to drop.  Closing twice does nothing."""
         self._finalizer()
 
     def __repr__(self):
         return f"castle.Device({self.spec!r}: {self.name})"
 
 
+def _destroy_context(handle, caches):
+    """A Device's finalizer (close() or garbage collection): its caches, then its context.  OpenCL
+    buffers made on the context hold their own reference to the cl_context, so they may go later."""
+    for f in caches:
+        f()
+    lib.castle_context_destroy(handle)
+
+
 _default = None
 
 
 def default_device():
-    """The Device every call without device= uses, created on first use (CASTLE_DEVICE, else 0:0)."""
+    """The Device every call without device= uses, created on first use (CASTLE_DEVICE, else 0:0)
+    and again after it was closed."""
     global _default
-    if _default is None:
+    if _default is None or _default.closed:
         _default = Device()
     return _default
 
@@ -155,7 +223,7 @@ def _device(device):
     if device is None:
         return default_device()
     if isinstance(device, Device):
-        return device
+        return device._open()
     return Device(device)
 
 
@@ -266,8 +334,7 @@ def _contiguous_cl(x):
 
 def uploads(device, fn, names, arrays, shape=None, same=True):
     """Tensors for several arrays; checks they are 4-D with one shape (naming the argument)."""
-    out = []
-    for name, x in zip(names, arrays):
+    for name, x in zip(names, arrays):  # every shape checked before anything is uploaded
         if x is None:
             raise ValueError(f"{fn}: {name} is None")
         shp = tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
@@ -277,25 +344,22 @@ def uploads(device, fn, names, arrays, shape=None, same=True):
             shape = shp
         elif same and shp != shape:
             raise ValueError(f"{fn}: {name} has shape {shp}, {names[0]} has {shape}; all must be equal")
-        out.append(upload(device, x, fn, name))
     if shape[3] < 1 or shape[3] > _lib.MAX_HEAD_DIM:
         raise ValueError(f"{fn}: {names[0]} has head dim {shape[3]}; expected 1..{_lib.MAX_HEAD_DIM}")
     if 0 in shape:
         raise ValueError(f"{fn}: {names[0]} has shape {shape}; every extent must be at least 1")
-    return shape, out
+    return shape, [upload(device, x, fn, name) for name, x in zip(names, arrays)]
 
 
-def make_desc(shape, window=0, scale=None, layouts=()):
-    """castle_attention_desc for (B, H, L, d), with the given (tensor index, Tensor) layouts."""
+def make_desc(fn, shape, window=0, scale=None, layouts=()):
+    """castle_attention_desc for (B, H, L, d), with the given (tensor index, Tensor) layouts; fn names
+    the call in errors about window and scale."""
     d = _lib.AttentionDesc()
-    _check(_lib.desc_init(d, *(int(n) for n in shape)), "castle_attention_desc_init")
-    if int(window) != window or window < 0:
-        raise ValueError(f"window={window!r}: expected an integer >= 0 (0 = CASTLE, W >= 1 = CASTLE-SWL)")
-    d.window = int(window)
-    if scale is not None:
-        if not np.isfinite(scale) or scale <= 0:
-            raise ValueError(f"scale={scale!r}: expected a finite number > 0 (None = 1/sqrt(d))")
-        d.scale = float(scale)
+    window = _int(fn, "window", window, ctypes.c_long, lo=0, what=" (0 = CASTLE, W >= 1 = CASTLE-SWL)")
+    scale = _scale(fn, scale)
+    sizes = [_int(fn, n, v, ctypes.c_size_t) for n, v in zip(("batch", "heads", "L", "d"), shape)]
+    _check(_lib.desc_init(d, *sizes), "castle_attention_desc_init")
+    d.window, d.scale = window, scale
     for t, ten in layouts:
         _set_layout(d, t, ten)
     return d
@@ -346,11 +410,12 @@ def workspace(device, desc):
 
 
 def _forward(fn, dev, ins, shape, window, scale, outs):
-    desc = make_desc(shape, window, scale, zip(range(6), ins))
+    """castle_forward for the Tensors ins; fn (the caller's name) for argument errors."""
+    desc = make_desc(fn, shape, window, scale, zip(range(6), ins))
     o, lse = outs.new(shape), outs.new(shape[:3])
     ws = workspace(dev, desc)
     _check(lib.castle_forward(dev._handle, ctypes.byref(desc), *_mems(ins), o, lse, ws.mem, dev.queue, 0, None, None),
-           fn)
+           "castle_forward")
     return desc, o, lse, ws
 
 
@@ -361,7 +426,7 @@ def forward(qu, ku, vu, qc, kc, vc, window=0, scale=None, device=None):
     arrays = (qu, ku, vu, qc, kc, vc)
     shape, ins = uploads(dev, "castle.forward", SIX, arrays)
     outs = Outputs(dev, _cl_mode(arrays))
-    _forward("castle_forward", dev, ins, shape, window, scale, outs)
+    _forward("castle.forward", dev, ins, shape, window, scale, outs)
     return outs.results()
 
 
@@ -386,14 +451,14 @@ def backward(qu, ku, vu, qc, kc, vc, do, window=0, scale=None, device=None):
     arrays = (qu, ku, vu, qc, kc, vc, do)
     shape, ins = uploads(dev, "castle.backward", SIX + ("do",), arrays)
     scratch = Outputs(dev, False)  # keeps o and lse alive until the backward is done
-    desc, o, lse, ws = _forward("castle_forward", dev, ins[:6], shape, window, scale, scratch)
+    desc, o, lse, ws = _forward("castle.backward", dev, ins[:6], shape, window, scale, scratch)
     outs = Outputs(dev, _cl_mode(arrays))
     _backward(dev, desc, ins[:6], o, lse, ws, ins[6], outs)
     return outs.results()
 
 
-def _causal_forward(dev, ins, shape, scale, outs):
-    desc = make_desc(shape, 0, scale, zip((_lib.QC, _lib.KC, _lib.VC), ins))
+def _causal_forward(fn, dev, ins, shape, scale, outs):
+    desc = make_desc(fn, shape, 0, scale, zip((_lib.QC, _lib.KC, _lib.VC), ins))
     o, lse = outs.new(shape), outs.new(shape[:3])
     _check(lib.castle_causal_forward(dev._handle, ctypes.byref(desc), *_mems(ins), o, lse, dev.queue, 0, None, None),
            "castle_causal_forward")
@@ -412,7 +477,7 @@ def causal_forward(q, k, v, scale=None, device=None):
     dev = _device(device)
     shape, ins = uploads(dev, "castle.causal_forward", ("q", "k", "v"), (q, k, v))
     outs = Outputs(dev, _cl_mode((q, k, v)))
-    _causal_forward(dev, ins, shape, scale, outs)
+    _causal_forward("castle.causal_forward", dev, ins, shape, scale, outs)
     return outs.results()
 
 
@@ -422,7 +487,7 @@ def causal_backward(q, k, v, do, scale=None, device=None):
     arrays = (q, k, v, do)
     shape, ins = uploads(dev, "castle.causal_backward", ("q", "k", "v", "do"), arrays)
     scratch = Outputs(dev, False)
-    desc, o, lse = _causal_forward(dev, ins[:3], shape, scale, scratch)
+    desc, o, lse = _causal_forward("castle.causal_backward", dev, ins[:3], shape, scale, scratch)
     outs = Outputs(dev, _cl_mode(arrays))
     _causal_backward(dev, desc, ins[:3], o, lse, ins[3], outs)
     return outs.results()
@@ -438,29 +503,38 @@ class _CacheBase:
 
     def __init__(self, batch, heads, head_dim, capacity, window, scale, device, create, destroy):
         self.device = _device(device)
-        for name, v in (("batch", batch), ("heads", heads), ("head_dim", head_dim), ("capacity", capacity)):
-            if int(v) != v or v < 1:
-                raise ValueError(f"{self._kind}: {name}={v!r}; expected an integer >= 1")
-        self.batch, self.heads, self.head_dim, self.capacity = int(batch), int(heads), int(head_dim), int(capacity)
+        self.batch, self.heads, self.head_dim, self.capacity = (
+            _int(self._kind, name, v, ctypes.c_size_t, lo=1, hi=hi)
+            for name, v, hi in (("batch", batch, None), ("heads", heads, None),
+                                ("head_dim", head_dim, _lib.MAX_HEAD_DIM), ("capacity", capacity, None)))
         self.window, self.scale = window, scale
-        desc = make_desc((batch, heads, capacity, head_dim), window, scale)
+        desc = make_desc(self._kind, (self.batch, self.heads, self.capacity, self.head_dim), window, scale)
         h = ctypes.c_void_p()
         _check(create(self.device._handle, ctypes.byref(desc), ctypes.byref(h)), create.__name__)
-        self._handle = h.value
+        self._cache = h.value
         self._finalizer = weakref.finalize(self, destroy, h.value)
+        self.device._own(self._finalizer)  # closing the device closes the cache first
+
+    @property
+    def _handle(self):
+        if not self._finalizer.alive:
+            why = f": {self.device!r} was closed, and the caches made on it with it" if self.device.closed else ""
+            raise ValueError(f"{self._kind} is closed{why}")
+        return self._cache
 
     def _run(self, fn, call, arrays, *extra):
         """Uploads the new tokens, runs call(ctx, cache, desc, *extra, inputs..., o, lse=NULL, queue...)
         and returns o."""
+        cache = self._handle
         shape, ins = uploads(self.device, f"{self._kind}.{fn}", self._names, arrays)
         want = (self.batch, self.heads, self.head_dim)
         if (shape[0], shape[1], shape[3]) != want:
             raise ValueError(f"{self._kind}.{fn}: {self._names[0]} has shape {shape}; this cache takes "
                              f"({want[0]}, {want[1]}, n, {want[2]})")
-        desc = make_desc(shape, self.window, self.scale, zip(self._slots, ins))
+        desc = make_desc(f"{self._kind}.{fn}", shape, self.window, self.scale, zip(self._slots, ins))
         outs = Outputs(self.device, _cl_mode(arrays))
         o = outs.new(shape)
-        _check(call(self.device._handle, self._handle, ctypes.byref(desc), *extra, *_mems(ins), o, None,
+        _check(call(self.device._handle, cache, ctypes.byref(desc), *extra, *_mems(ins), o, None,
                     self.device.queue, 0, None, None), call.__name__)
         return outs.results()[0]
 
@@ -486,10 +560,11 @@ class Cache(_CacheBase):
         are unspecified)."""
         plen = None
         if lengths is not None:
-            lengths = np.asarray(lengths)
-            if lengths.shape != (self.batch,) or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any():
-                raise ValueError(f"castle.Cache.prefill: lengths must be {self.batch} integers >= 0")
-            plen = (ctypes.c_size_t * self.batch)(*(int(n) for n in lengths))
+            fn = "castle.Cache.prefill"
+            if np.shape(lengths) != (self.batch,):
+                raise ValueError(f"{fn}: lengths has shape {np.shape(lengths)}; expected {self.batch} integers >= 0")
+            plen = (ctypes.c_size_t * self.batch)(*(_int(fn, f"lengths[{b}]", n, ctypes.c_size_t)
+                                                     for b, n in enumerate(lengths)))
         return self._run("prefill", lib.castle_prefill, (qu, ku, vu, qc, kc, vc), plen)
 
     def decode(self, qu, ku, vu, qc, kc, vc):

@@ -42,10 +42,60 @@ class Tuning(ctypes.Structure):
                 ("prefetch", c_uint), ("accum", c_uint), ("fthreads", c_uint), ("fdchunk", c_uint)]
 
 
+def c_range(ctype):
+    """(lo, hi): the values a ctypes integer type holds.  ctypes wraps anything outside them silently
+    (2**64 + 1 into a size_t is 1), so callers check first (_core._int)."""
+    bits = 8 * ctypes.sizeof(ctype)
+    return (0, 2**bits - 1) if ctype(-1).value > 0 else (-2**(bits - 1), 2**(bits - 1) - 1)
+
+
+_desc_p = POINTER(AttentionDesc)
+_mem6 = [c_void_p] * 6
+_tail = [c_void_p, c_uint, c_void_p, c_void_p]  # queue, num_wait_events, wait_events, event
+
+# Every libcastle function the package calls: (result type, argument types).  _load takes a library
+# only if it has all of them.
+_SIGNATURES = {
+    "castle_version_string": (c_char_p, []),
+    "castle_status_string": (c_char_p, [c_int]),
+    "castle_last_error": (c_char_p, []),
+    "castle_context_create_default": (c_int, [c_char_p, POINTER(c_void_p)]),
+    "castle_context_create": (c_int, [c_void_p, c_void_p, POINTER(c_void_p)]),
+    "castle_context_destroy": (None, [c_void_p]),
+    "castle_context_queue": (c_void_p, [c_void_p]),
+    "castle_context_device": (c_void_p, [c_void_p]),
+    "castle_context_cl_context": (c_void_p, [c_void_p]),
+    "castle_context_get_tuning": (c_int, [c_void_p, c_void_p]),
+    "castle_context_tuning_name": (c_char_p, [c_void_p]),
+    "castle_parse_device_spec": (c_int, [c_char_p, POINTER(c_long), POINTER(c_long)]),
+    "castle_attention_desc_init_sized": (c_int, [_desc_p, c_size_t, c_size_t, c_size_t, c_size_t, c_size_t]),
+    "castle_forward_workspace_size": (c_int, [c_void_p, _desc_p, POINTER(c_size_t)]),
+    "castle_forward": (c_int, [c_void_p, _desc_p] + _mem6 + [c_void_p] * 3 + _tail),
+    "castle_backward": (c_int, [c_void_p, _desc_p] + _mem6 + [c_void_p] * 4 + _mem6 + _tail),
+    "castle_causal_forward": (c_int, [c_void_p, _desc_p] + [c_void_p] * 5 + _tail),
+    "castle_causal_backward": (c_int, [c_void_p, _desc_p] + [c_void_p] * 9 + _tail),
+    "castle_cache_create": (c_int, [c_void_p, _desc_p, POINTER(c_void_p)]),
+    "castle_cache_destroy": (None, [c_void_p]),
+    "castle_cache_reset": (c_int, [c_void_p]),
+    "castle_cache_bytes": (c_int, [c_void_p, POINTER(c_size_t)]),
+    "castle_cache_lengths": (c_int, [c_void_p, POINTER(c_size_t)]),
+    "castle_prefill": (c_int, [c_void_p, c_void_p, _desc_p, POINTER(c_size_t)] + _mem6 + [c_void_p] * 2 + _tail),
+    "castle_decode": (c_int, [c_void_p, c_void_p, _desc_p] + _mem6 + [c_void_p] * 2 + _tail),
+    "castle_kv_cache_create": (c_int, [c_void_p, _desc_p, POINTER(c_void_p)]),
+    "castle_kv_cache_destroy": (None, [c_void_p]),
+    "castle_kv_cache_reset": (c_int, [c_void_p]),
+    "castle_kv_cache_bytes": (c_int, [c_void_p, POINTER(c_size_t)]),
+    "castle_kv_cache_length": (c_int, [c_void_p, POINTER(c_size_t)]),
+    "castle_causal_prefill": (c_int, [c_void_p, c_void_p, _desc_p] + [c_void_p] * 5 + _tail),
+    "castle_causal_decode": (c_int, [c_void_p, c_void_p, _desc_p] + [c_void_p] * 5 + _tail),
+}
+
+
 def _candidates():
-    """Where libcastle may be, in the order tried: CASTLE_LIBRARY, the build of the checkout this
-    package sits in (python/castle -> ../../build) or was installed from (pip install ./python), then
-    the system's (ctypes.util.find_library and the standard install prefixes)."""
+    """Where libcastle may be, in the order tried: CASTLE_LIBRARY alone when it is set; otherwise the
+    build of the checkout this package sits in (python/castle -> ../../build) or was installed from
+    (pip install ./python), then the system's (ctypes.util.find_library and the standard install
+    prefixes)."""
     env = os.environ.get("CASTLE_LIBRARY")
     if env:
         return [("CASTLE_LIBRARY", env)]
@@ -75,6 +125,13 @@ def _load():
         except OSError as e:
             tried.append(f"{path} ({how}): {e}")
             continue
+        missing = next((fn for fn in _SIGNATURES if not hasattr(lib, fn)), None)
+        if missing is not None:
+            tried.append(f"{path} ({how}): not libcastle, or an older one than this package (missing symbol {missing})")
+            continue
+        for fn, (res, args) in _SIGNATURES.items():
+            f = getattr(lib, fn)
+            f.restype, f.argtypes = res, args
         return lib, os.path.normpath(path) if os.sep in path else path, how
     raise ImportError(
         "castle: libcastle not found. Tried:\n  " + "\n  ".join(tried) + "\n"
@@ -84,6 +141,12 @@ def _load():
 
 
 lib, library_path, library_origin = _load()
+
+
+def desc_init(desc, batch, heads, seq_len, head_dim):
+    """castle_attention_desc_init (a macro in C) with this binding's struct size; the status."""
+    return lib.castle_attention_desc_init_sized(ctypes.byref(desc), ctypes.sizeof(AttentionDesc), batch, heads,
+                                                seq_len, head_dim)
 
 
 def _opencl():
@@ -98,55 +161,6 @@ def _opencl():
 
 
 cl = _opencl()
-
-_desc_p = POINTER(AttentionDesc)
-_mem6 = [c_void_p] * 6
-_tail = [c_void_p, c_uint, c_void_p, c_void_p]  # queue, num_wait_events, wait_events, event
-
-
-def _sig(fn, res, args):
-    f = getattr(lib, fn)
-    f.restype, f.argtypes = res, args
-
-
-_sig("castle_version_string", c_char_p, [])
-_sig("castle_status_string", c_char_p, [c_int])
-_sig("castle_last_error", c_char_p, [])
-_sig("castle_context_create_default", c_int, [c_char_p, POINTER(c_void_p)])
-_sig("castle_context_create", c_int, [c_void_p, c_void_p, POINTER(c_void_p)])
-_sig("castle_context_destroy", None, [c_void_p])
-_sig("castle_context_queue", c_void_p, [c_void_p])
-_sig("castle_context_device", c_void_p, [c_void_p])
-_sig("castle_context_cl_context", c_void_p, [c_void_p])
-_sig("castle_context_get_tuning", c_int, [c_void_p, c_void_p])
-_sig("castle_context_tuning_name", c_char_p, [c_void_p])
-_sig("castle_parse_device_spec", c_int, [c_char_p, POINTER(c_long), POINTER(c_long)])
-_sig("castle_attention_desc_init_sized", c_int, [_desc_p, c_size_t, c_size_t, c_size_t, c_size_t, c_size_t])
-
-
-def desc_init(desc, batch, heads, seq_len, head_dim):
-    """castle_attention_desc_init (a macro in C) with this binding's struct size; the status."""
-    return lib.castle_attention_desc_init_sized(ctypes.byref(desc), ctypes.sizeof(AttentionDesc), batch, heads,
-                                                seq_len, head_dim)
-_sig("castle_forward_workspace_size", c_int, [c_void_p, _desc_p, POINTER(c_size_t)])
-_sig("castle_forward", c_int, [c_void_p, _desc_p] + _mem6 + [c_void_p] * 3 + _tail)
-_sig("castle_backward", c_int, [c_void_p, _desc_p] + _mem6 + [c_void_p] * 4 + _mem6 + _tail)
-_sig("castle_causal_forward", c_int, [c_void_p, _desc_p] + [c_void_p] * 5 + _tail)
-_sig("castle_causal_backward", c_int, [c_void_p, _desc_p] + [c_void_p] * 9 + _tail)
-_sig("castle_cache_create", c_int, [c_void_p, _desc_p, POINTER(c_void_p)])
-_sig("castle_cache_destroy", None, [c_void_p])
-_sig("castle_cache_reset", c_int, [c_void_p])
-_sig("castle_cache_bytes", c_int, [c_void_p, POINTER(c_size_t)])
-_sig("castle_cache_lengths", c_int, [c_void_p, POINTER(c_size_t)])
-_sig("castle_prefill", c_int, [c_void_p, c_void_p, _desc_p, POINTER(c_size_t)] + _mem6 + [c_void_p] * 2 + _tail)
-_sig("castle_decode", c_int, [c_void_p, c_void_p, _desc_p] + _mem6 + [c_void_p] * 2 + _tail)
-_sig("castle_kv_cache_create", c_int, [c_void_p, _desc_p, POINTER(c_void_p)])
-_sig("castle_kv_cache_destroy", None, [c_void_p])
-_sig("castle_kv_cache_reset", c_int, [c_void_p])
-_sig("castle_kv_cache_bytes", c_int, [c_void_p, POINTER(c_size_t)])
-_sig("castle_kv_cache_length", c_int, [c_void_p, POINTER(c_size_t)])
-_sig("castle_causal_prefill", c_int, [c_void_p, c_void_p, _desc_p] + [c_void_p] * 5 + _tail)
-_sig("castle_causal_decode", c_int, [c_void_p, c_void_p, _desc_p] + [c_void_p] * 5 + _tail)
 
 # OpenCL 1.2 entry points (cl.h), for buffers, transfers and the device list.
 CL_MEM_READ_WRITE = 1 << 0

@@ -37,6 +37,32 @@ class _State:
     def __init__(self, dev, ins, shape):
         self.dev, self.ins, self.shape, self.outs = dev, ins, shape, _core.Outputs(dev, False)
 
+    def save(self, ctx):
+        """Keeps the state for ctx's backward passes, for as long as autograd keeps ctx's saved tensors.
+
+        The library's backward leaves the forward's state intact (castle.h, castle_forward_workspace_size),
+        so a graph kept with retain_graph=True (or torch.autograd.gradcheck) may run the backward again
+        on the same state.  The state rides on an empty tensor given to save_for_backward rather than on
+        ctx itself: autograd drops saved tensors after a backward without retain_graph, and so the device
+        buffers go then, as they would if the backward freed them, not only when the graph goes (which in
+        a training loop is after the next forward: the loss keeps the graph alive until it is
+        reassigned).  A later backward then raises autograd's own "backward through the graph a second
+        time" error.  (torch keeps a tensor's Python attributes while autograd holds the tensor:
+        PyObject preservation, pytorch#56017.)"""
+        holder = torch.empty(0)
+        holder.castle_state = self
+        ctx.save_for_backward(holder)
+
+    @staticmethod
+    def of(ctx):
+        """The state save() kept; autograd raises once a backward without retain_graph dropped it."""
+        holder, = ctx.saved_tensors
+        st = getattr(holder, "castle_state", None)
+        if st is None:
+            raise RuntimeError("castle.torch: the forward's device state is gone (this torch does not keep the "
+                               "Python attributes of a saved tensor)")
+        return st
+
 
 class _CastleFunction(torch.autograd.Function):
     @staticmethod
@@ -45,20 +71,20 @@ class _CastleFunction(torch.autograd.Function):
         shape, ins = _core.uploads(dev, "castle.torch.castle_attention", _core.SIX,
                                    [_host("castle.torch.castle_attention", n, t) for n, t in zip(_core.SIX, six)])
         st = _State(dev, ins, shape)
-        st.desc, st.o, st.lse, st.ws = _core._forward("castle_forward", dev, ins, shape, window, scale, st.outs)
+        st.desc, st.o, st.lse, st.ws = _core._forward("castle.torch.castle_attention", dev, ins, shape, window, scale,
+                                                      st.outs)
         o, _ = st.outs.results()
-        ctx.state = st
+        st.save(ctx)
         return _back(o, six[0])
 
     @staticmethod
     @once_differentiable
     def backward(ctx, do):
-        st = ctx.state
+        st = _State.of(ctx)
         dev = st.dev
         d = _core.upload(dev, _host("castle.torch.castle_attention", "grad", do), "castle_attention", "do")
         outs = _core.Outputs(dev, False)
         _core._backward(dev, st.desc, st.ins, st.o, st.lse, st.ws, d, outs)
-        ctx.state = None  # frees the device buffers
         return (None, None, None) + tuple(_back(g, do) for g in outs.results())
 
 
@@ -70,19 +96,18 @@ class _CausalFunction(torch.autograd.Function):
         shape, ins = _core.uploads(dev, "castle.torch.causal_attention", names,
                                    [_host("castle.torch.causal_attention", n, t) for n, t in zip(names, (q, k, v))])
         st = _State(dev, ins, shape)
-        st.desc, st.o, st.lse = _core._causal_forward(dev, ins, shape, scale, st.outs)
+        st.desc, st.o, st.lse = _core._causal_forward("castle.torch.causal_attention", dev, ins, shape, scale, st.outs)
         o, _ = st.outs.results()
-        ctx.state = st
+        st.save(ctx)
         return _back(o, q)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, do):
-        st = ctx.state
+        st = _State.of(ctx)
         d = _core.upload(st.dev, _host("castle.torch.causal_attention", "grad", do), "causal_attention", "do")
         outs = _core.Outputs(st.dev, False)
         _core._causal_backward(st.dev, st.desc, st.ins, st.o, st.lse, d, outs)
-        ctx.state = None
         return (None, None) + tuple(_back(g, do) for g in outs.results())
 
 
@@ -138,10 +163,10 @@ class CastleAttention(_Attention):
     CASTLE (window 0) or CASTLE-SWL (window W) per head, and the output projection back to dim.
 
     forward(x) for x of shape (B, L, dim) returns (B, L, dim).  Generation: forward(x, cache,
-    return_cache=True) returns (y, cache); pass a prompt with cache=None (a castle.Cache of
-    cache_capacity tokens per sequence is made, or use new_cache()), then one or more tokens at a
-    time with the returned cache.  The outputs equal forward() of the whole sequence.  The cached
-    path is for inference: no gradient flows through the attention there."""
+    return_cache=True) returns (y, cache); pass a prompt of L tokens with cache=None (a castle.Cache
+    of max(L, cache_capacity) tokens per sequence is made, or use new_cache()), then one or more
+    tokens at a time with the returned cache.  The outputs equal forward() of the whole sequence.
+    The cached path is for inference: no gradient flows through the attention there."""
 
     _names = ("qu", "ku", "vu", "qc", "kc", "vc")
 

@@ -2,12 +2,13 @@
 and parallel form), and its errors."""
 
 import ctypes
+import gc
 
 import numpy as np
 import pytest
 
 import castle
-from castle import _lib
+from castle import _core, _lib
 from conftest import six
 from reference import castle_parallel, castle_recurrent, causal, err, tolerance
 
@@ -214,3 +215,134 @@ def test_no_library_gives_an_actionable_message(tmp_path):
                        cwd=tmp_path)
     assert r.returncode != 0
     assert "libcastle not found" in r.stderr and "CASTLE_LIBRARY" in r.stderr and str(tmp_path) in r.stderr
+
+
+def test_a_closed_device_raises_and_closes_its_caches(rng):
+    x = six(rng, (1, 1, 4, 8))
+    dev = castle.Device()
+    _, kept = _core.uploads(dev, "test", _core.SIX, x)  # device buffers made before the close
+    cache, causal_cache = castle.Cache(1, 1, 8, capacity=8, device=dev), castle.CausalCache(1, 1, 8, 8, device=dev)
+    cache.prefill(*x)
+    assert not dev.closed
+    dev.close()
+    dev.close()  # twice: nothing more
+    assert dev.closed
+    for use in (lambda: castle.forward(*x, device=dev), lambda: castle.backward(*x, x[0], device=dev),
+                lambda: castle.causal_forward(*x[:3], device=dev), lambda: castle.Cache(1, 1, 8, 8, device=dev),
+                dev.finish, lambda: dev.tuning, lambda: dev.queue, lambda: dev._handle):
+        with pytest.raises(ValueError, match=r"castle\.Device\(.*\) is closed"):
+            use()
+    for use in (lambda: cache.decode(*x), lambda: cache.lengths, cache.reset, lambda: cache.nbytes,
+                lambda: causal_cache.prefill(*x[:3]), lambda: causal_cache.lengths):
+        with pytest.raises(ValueError, match="Cache is closed"):
+            use()
+    del kept
+    cache = causal_cache = None
+    gc.collect()  # the buffers and caches go after their context: no crash
+
+
+def test_default_device_after_it_was_closed(rng, monkeypatch):
+    monkeypatch.setattr(_core, "_default", castle.Device())  # the shared default device stays as it is
+    x = six(rng, (1, 1, 5, 4))
+    old = castle.default_device()
+    old.close()
+    new = castle.default_device()
+    assert new is not old and not new.closed and castle.default_device() is new
+    assert err(castle.forward(*x)[0], castle_parallel(*x)[0]) < FORWARD_TOL
+
+
+def test_integers_past_their_c_types_are_refused(rng):
+    long_max = 2**(8 * ctypes.sizeof(ctypes.c_long) - 1) - 1  # castle_attention_desc's long window
+    x = six(rng, (1, 1, 4, 8))
+    for window in (2**64 + 1, long_max + 1, 10**30):  # ctypes would wrap these (2**64 + 1 into window 1)
+        with pytest.raises(ValueError, match=rf"castle\.forward: window={window}; expected an integer in "
+                                             rf"0\.\.{long_max}"):
+            castle.forward(*x, window=window)
+    with pytest.raises(ValueError, match="window"):
+        castle.Cache(1, 1, 8, capacity=4, window=2**64 + 2)
+    with pytest.raises(ValueError, match=r"castle\.Cache: capacity=18446744073709551620; expected an integer in 1\.\."):
+        castle.Cache(1, 1, 8, capacity=2**64 + 4)  # the library would hold 4 tokens
+    for kw in (dict(batch=2**64 + 1), dict(heads=2**64 + 1), dict(head_dim=2**64 + 8)):
+        with pytest.raises(ValueError, match=list(kw)[0]):
+            castle.Cache(**{"batch": 1, "heads": 1, "head_dim": 8, "capacity": 4, **kw})
+    with pytest.raises(ValueError, match=r"castle\.Cache\.prefill: lengths\[1\]=18446744073709551618"):
+        castle.Cache(2, 1, 8, capacity=8).prefill(*six(rng, (2, 1, 4, 8)), lengths=[4, 2**64 + 2])
+    cache = castle.Cache(np.int64(1), 1, 8.0, capacity=np.uint64(6), window=2.0)  # integers in range still go
+    assert (cache.batch, cache.head_dim, cache.capacity) == (1, 8, 6) and type(cache.capacity) is int
+    assert err(castle.forward(*x, window=long_max)[0], castle_parallel(*x)[0]) < FORWARD_TOL  # no window at all
+    assert _lib.c_range(ctypes.c_long) == (-long_max - 1, long_max)
+    assert _lib.c_range(ctypes.c_size_t) == (0, 2**(8 * ctypes.sizeof(ctypes.c_size_t)) - 1)
+
+
+def test_zero_extents_raise_a_value_error_naming_the_argument(rng):
+    for shape in ((1, 2, 0, 8), (0, 2, 4, 8), (1, 0, 4, 8)):
+        x = [np.zeros(shape, np.float32)] * 6
+        for call, names in ((castle.forward, x), (castle.backward, x + x[:1]), (castle.causal_forward, x[:3]),
+                            (castle.causal_backward, x[:4])):
+            with pytest.raises(ValueError, match=r"(qu|q) has shape .* every extent must be at least 1"):
+                call(*names)
+    with pytest.raises(ValueError, match="head dim 0"):
+        castle.forward(*[np.zeros((1, 2, 4, 0), np.float32)] * 6)
+    none = [np.zeros((1, 1, 0, 8), np.float32)] * 6  # n = 0 new tokens
+    for cache, k in ((castle.Cache(1, 1, 8, 4), 6), (castle.CausalCache(1, 1, 8, 4), 3)):
+        for step in (cache.prefill, cache.decode):
+            with pytest.raises(ValueError, match=r"Cache\.(prefill|decode): q.? has shape \(1, 1, 0, 8\)"):
+                step(*none[:k])
+
+
+def test_scales_float32_cannot_hold_are_refused(rng):
+    x = six(rng, (1, 1, 4, 8))
+    for scale in (1e-50, 1e-46, 1e39, 10**400, 0, -1.0, float("inf"), "x", "0.5", [0.5]):
+        with pytest.raises(ValueError, match=r"castle\.forward: scale=.*expected a real number > 0"):
+            castle.forward(*x, scale=scale)  # 1e-50 rounds to float32 0, which the library reads as 1/sqrt(d)
+    with pytest.raises(ValueError, match="scale"):
+        castle.Cache(1, 1, 8, capacity=4, scale=1e-50)
+    with pytest.raises(ValueError, match="scale"):
+        castle.causal_forward(*x[:3], scale=1e-50)
+    assert err(castle.forward(*x, scale=np.float32(1e-30))[0], castle_parallel(*x, scale=1e-30)[0]) < FORWARD_TOL
+
+
+def test_argument_errors_name_the_argument(rng):
+    x = six(rng, (1, 1, 4, 8))
+    for kw in (dict(window=None), dict(window=float("nan")), dict(window=float("inf")), dict(window="2"),
+               dict(window=1.5)):
+        with pytest.raises(ValueError, match=r"castle\.forward: window=.*; expected an integer"):
+            castle.forward(*x, **kw)
+    for capacity in (None, "4", 2.5, 0):
+        with pytest.raises(ValueError, match=r"castle\.Cache: capacity=.*; expected an integer in 1\.\."):
+            castle.Cache(1, 1, 8, capacity)
+    with pytest.raises(ValueError, match=r"castle\.CausalCache: head_dim=300; expected an integer in 1\.\.256"):
+        castle.CausalCache(1, 1, 300, 4)
+    with pytest.raises(ValueError, match=r"lengths\[0\]=None"):
+        castle.Cache(1, 1, 8, 4).prefill(*x, lengths=[None])
+
+
+def test_a_library_that_is_not_libcastle_is_named(tmp_path):
+    import ctypes.util
+    import os
+    import subprocess
+    import sys
+    libm = ctypes.util.find_library("m")
+    if libm is None:
+        pytest.skip("no libm to stand in for a library that is not libcastle")
+    env = dict(os.environ, CASTLE_LIBRARY=libm,
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(castle.__file__))))
+    r = subprocess.run([sys.executable, "-c", "import castle"], env=env, capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path)
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr and "AttributeError" not in r.stderr
+    assert f"{libm} (CASTLE_LIBRARY): not libcastle" in r.stderr and "missing symbol castle_" in r.stderr
+
+
+def test_castle_library_is_the_only_one_tried_when_set(tmp_path):
+    """README, "Which libcastle it loads": with CASTLE_LIBRARY set nothing else is tried (not even this
+    checkout's build, which the other tests load)."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, CASTLE_LIBRARY=str(tmp_path / "libcastle.so"),
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(castle.__file__))))
+    r = subprocess.run([sys.executable, "-c", "import castle"], env=env, capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path)
+    tried = r.stderr.split("Tried:\n", 1)[1].split("\nBuild it", 1)[0].splitlines()
+    assert tried == [f"  {tmp_path / 'libcastle.so'} (CASTLE_LIBRARY): not there"]

@@ -1,5 +1,7 @@
 """castle.torch against float64 autograd of the parallel form (reference.py), and the module."""
 
+import weakref
+
 import numpy as np
 import pytest
 
@@ -136,3 +138,60 @@ def test_torch_errors(rng):
         ct.causal_attention(x[0], x[1], np.zeros((1, 1, 4, 4)))
     with pytest.raises(ValueError, match="batch, L, dim"):
         ct.CastleAttention(4, 1, 4)(torch.zeros(4, 4))
+
+
+@pytest.mark.parametrize("fn, n", [("castle_attention", 6), ("causal_attention", 3)])
+def test_a_retained_graph_runs_the_backward_again(rng, monkeypatch, fn, n):
+    made = []  # the forwards' states (their device buffers), weakly
+    init = ct._State.__init__
+    monkeypatch.setattr(ct._State, "__init__", lambda st, *a: made.append(weakref.ref(st)) or init(st, *a))
+    ts = [torch.tensor(a, requires_grad=True) for a in six(rng, (1, 2, 6, 4))[:n]]
+    o = getattr(ct, fn)(*ts)
+    w = torch.tensor(rng.uniform(-1, 1, o.shape), dtype=torch.float32)
+    state = made[-1]
+    first = torch.autograd.grad(o, ts, w, retain_graph=True)
+    assert state() is not None
+    second = torch.autograd.grad(o, ts, w)  # the same state again: the same gradients, bitwise
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    assert state() is None  # freed by the backward without retain_graph, while o (and its graph) lives on
+    with pytest.raises(RuntimeError, match="second time"):
+        torch.autograd.grad(o, ts, w)
+    o = getattr(ct, fn)(*ts)
+    state = made[-1]
+    del o  # the graph goes without a backward: the state with it
+    assert state() is None
+
+
+def test_gradcheck(rng):
+    x = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in six(rng, (1, 1, 5, 3))]
+    tol = dict(eps=1e-3, atol=2e-3, rtol=2e-2)  # float32 on the device: finite differences need a large eps
+    assert torch.autograd.gradcheck(lambda *a: ct.castle_attention(*a), x, **tol)
+    assert torch.autograd.gradcheck(lambda *a: ct.castle_attention(*a, window=2), x, **tol)
+    assert torch.autograd.gradcheck(lambda *a: ct.causal_attention(*a), x[:3], **tol)
+
+
+def test_torch_zero_extents_and_closed_devices(rng):
+    z = [torch.zeros(1, 2, 0, 4) for _ in range(6)]
+    with pytest.raises(ValueError, match="qu has shape .* every extent must be at least 1"):
+        ct.castle_attention(*z)
+    with pytest.raises(ValueError, match="q has shape .* every extent must be at least 1"):
+        ct.causal_attention(*z[:3])
+    dev = castle.Device()
+    ts = [torch.tensor(a, requires_grad=True) for a in six(rng, (1, 1, 4, 4))]
+    o = ct.castle_attention(*ts, device=dev)
+    dev.close()
+    with pytest.raises(ValueError, match="is closed"):
+        o.sum().backward()
+    with pytest.raises(ValueError, match="is closed"):
+        ct.causal_attention(*ts[:3], device=dev)
+
+
+def test_module_cache_holds_a_longer_prompt(rng):
+    """CastleAttention's docstring: the cache made for a prompt of L tokens holds max(L, cache_capacity)."""
+    m = ct.CastleAttention(dim=8, heads=1, dim_head=4, cache_capacity=4)
+    x = torch.tensor(rng.uniform(-1, 1, (1, 6, 8)), dtype=torch.float32)
+    with torch.no_grad():
+        _, cache = m(x, return_cache=True)
+        assert cache.capacity == 6 and list(cache.lengths) == [6]
+        _, cache = m(x[:, :2], return_cache=True)
+        assert cache.capacity == 4
