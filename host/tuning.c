@@ -145,6 +145,16 @@ static bool tile_fits(const castle_tuning *t)
            ((b * b) / unit) % n == 0 && ((b * c) / unit) % n == 0;
 }
 
+/* Whether every parameter is at most its largest value (castle.h): then tile_fits's products cannot
+   wrap around (tn x vector = 2^32 would be 0, and b % 0 a division by zero). */
+static bool bounded(const castle_tuning *t)
+{
+    for (size_t i = 0; i < castle__tuning_nparams; ++i)
+        if (castle__tuning_get(t, &castle__tuning_params[i]) > castle__tuning_params[i].hi)
+            return false;
+    return true;
+}
+
 /* castle__tuning_resolve's vector, tm and tn. */
 static void resolve_tile(castle_tuning *t, const castle_device_info *info)
 {
@@ -156,8 +166,8 @@ static void resolve_tile(castle_tuning *t, const castle_device_info *info)
         t->tm = t->vector > 1 ? 1u : 2u;
     if (dn)
         t->tn = dm ? t->tm : (t->vector > 1 ? 1u : t->tm);
-    if (t->block == 0 || t->dchunk == 0 || t->tm == 0 || t->tn == 0 || t->vector == 0)
-        return;
+    if (t->block == 0 || t->dchunk == 0 || t->tm == 0 || t->tn == 0 || t->vector == 0 || !bounded(t))
+        return; /* castle__tuning_check rejects it */
     /* narrow what was derived (tn, then tm, then the vector) until the tile fits */
     while (!tile_fits(t)) {
         if (dn && t->tn > 1)
@@ -256,7 +266,8 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
 }
 
 /* Parses "key=value[,key=value...]" (keys: the fields of CASTLE_TUNING_PARAMS) over *t.  Values are
-   decimal digits only: a sign, an empty value or one above UINT_MAX makes the string malformed. */
+   decimal digits only: a sign, an empty value or one above UINT_MAX makes the string malformed, and
+   so does a comma with no key after it. */
 static bool parse_tuning(const char *s, castle_tuning *t)
 {
     while (*s) {
@@ -280,7 +291,7 @@ static bool parse_tuning(const char *s, castle_tuning *t)
                 return false;
         }
         *castle__tuning_field(t, p) = (unsigned)v;
-        if (*s == ',')
+        if (*s == ',' && s[1]) /* a comma starts another key: "block=16," is malformed */
             ++s;
         else if (*s)
             return false;

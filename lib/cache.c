@@ -88,7 +88,14 @@ static castle_status check_call(castle_context *ctx, const castle_cache *cache, 
     unsigned used = (1u << (CASTLE_TENSOR_O + 1)) - 1u; /* QU .. VC, O; lse is optional */
     if (bufs[CASTLE_TENSOR_LSE])
         used |= 1u << CASTLE_TENSOR_LSE;
-    if ((st = castle__check_tensors(ctx, p, bufs, used)))
+    /* the cache's buffers, which the call writes (U, the ring of qU, kC and vC): no tensor of the call
+       may share them (castle_cache_buffer hands them out) */
+    const castle_owned owned[] = {{cache->u, "the cache's U", 0, CASTLE_SUCCESS},
+                                  {cache->qu, "the cache's qU", 0, CASTLE_SUCCESS},
+                                  {cache->kc, "the cache's kC", 0, CASTLE_SUCCESS},
+                                  {cache->vc, "the cache's vC", 0, CASTLE_SUCCESS}};
+    const unsigned writes = (1u << CASTLE_TENSOR_O) | (1u << CASTLE_TENSOR_LSE);
+    if ((st = castle__check_call(ctx, p, bufs, used, writes, owned, 4)))
         return st;
     return castle__check_queue(ctx, queue, nwait, wait);
 }

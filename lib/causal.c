@@ -10,8 +10,9 @@
    decode. */
 #define QKVO (BIT(CASTLE_TENSOR_QC) | BIT(CASTLE_TENSOR_KC) | BIT(CASTLE_TENSOR_VC) | BIT(CASTLE_TENSOR_O))
 #define LSE BIT(CASTLE_TENSOR_LSE)
-#define BACKWARD_TENSORS                                                                                               \
-    (QKVO | LSE | BIT(CASTLE_TENSOR_DO) | BIT(CASTLE_TENSOR_DQC) | BIT(CASTLE_TENSOR_DKC) | BIT(CASTLE_TENSOR_DVC))
+#define GRADIENTS (BIT(CASTLE_TENSOR_DQC) | BIT(CASTLE_TENSOR_DKC) | BIT(CASTLE_TENSOR_DVC)) /* dq, dk, dv */
+#define BACKWARD_TENSORS (QKVO | LSE | BIT(CASTLE_TENSOR_DO) | GRADIENTS)
+#define OUTPUTS (BIT(CASTLE_TENSOR_O) | LSE) /* what a forward, prefill or decode writes */
 
 castle_status castle_causal_forward(castle_context *ctx, const castle_attention_desc *desc, cl_mem q, cl_mem k,
                                     cl_mem v, cl_mem o, cl_mem lse, cl_command_queue queue, cl_uint num_wait_events,
@@ -27,7 +28,7 @@ castle_status castle_causal_forward(castle_context *ctx, const castle_attention_
                                               [CASTLE_TENSOR_VC] = v,
                                               [CASTLE_TENSOR_O] = o,
                                               [CASTLE_TENSOR_LSE] = lse};
-    if ((st = castle__check_tensors(ctx, &p, bufs, QKVO | LSE)) ||
+    if ((st = castle__check_call(ctx, &p, bufs, QKVO | LSE, OUTPUTS, NULL, 0)) ||
         (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
         return st;
     return castle__causal_forward(ctx, &p, bufs, queue, num_wait_events, wait_events, event);
@@ -47,7 +48,7 @@ castle_status castle_causal_backward(castle_context *ctx, const castle_attention
         [CASTLE_TENSOR_QC] = q,   [CASTLE_TENSOR_KC] = k,    [CASTLE_TENSOR_VC] = v,
         [CASTLE_TENSOR_O] = o,    [CASTLE_TENSOR_LSE] = lse, [CASTLE_TENSOR_DO] = d_o,
         [CASTLE_TENSOR_DQC] = dq, [CASTLE_TENSOR_DKC] = dk,  [CASTLE_TENSOR_DVC] = dv};
-    if ((st = castle__check_tensors(ctx, &p, bufs, BACKWARD_TENSORS)) ||
+    if ((st = castle__check_call(ctx, &p, bufs, BACKWARD_TENSORS, GRADIENTS, NULL, 0)) ||
         (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
         return st;
     return castle__causal_backward(ctx, &p, bufs, queue, num_wait_events, wait_events, event);
@@ -101,8 +102,11 @@ static castle_status append(castle_context *ctx, castle_kv_cache *cache, const c
                                               [CASTLE_TENSOR_VC] = v,
                                               [CASTLE_TENSOR_O] = o,
                                               [CASTLE_TENSOR_LSE] = lse};
+    /* the cache's buffers, which the call appends to: a tensor of the call must not share them */
+    const castle_owned owned[] = {{cache->k, "the KV cache's keys", 0, CASTLE_SUCCESS},
+                                  {cache->v, "the KV cache's values", 0, CASTLE_SUCCESS}};
     if ((st = castle__check_kv_cache_desc(cache, &p)) ||
-        (st = castle__check_tensors(ctx, &p, bufs, QKVO | (lse ? LSE : 0u))) ||
+        (st = castle__check_call(ctx, &p, bufs, QKVO | (lse ? LSE : 0u), OUTPUTS, owned, 2)) ||
         (st = castle__check_queue(ctx, queue, nwait, wait)))
         return st;
     if (prefill && cache->len > 0)

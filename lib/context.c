@@ -69,13 +69,23 @@ castle_status castle_context_create(cl_context cl_ctx, cl_device_id device, cast
     return CASTLE_SUCCESS;
 }
 
+/* A decimal number of digits only at s (no blank, no sign: strtol would take " +0"), into *v;
+   *end: the first character after it. */
+static bool parse_index(const char *s, long *v, char **end)
+{
+    if (*s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    *v = strtol(s, end, 10);
+    return !errno;
+}
+
 /* Parses "P:D" or "N".  Returns false when malformed. */
 static bool parse_spec(const char *spec, long *p, long *d, bool *flat)
 {
     char *end;
-    errno = 0;
-    long a = strtol(spec, &end, 10);
-    if (end == spec || errno || a < 0)
+    long a;
+    if (!parse_index(spec, &a, &end))
         return false;
     if (*end == '\0') {
         *flat = true;
@@ -85,9 +95,8 @@ static bool parse_spec(const char *spec, long *p, long *d, bool *flat)
     }
     if (*end != ':')
         return false;
-    const char *s2 = end + 1;
-    long b = strtol(s2, &end, 10);
-    if (end == s2 || *end != '\0' || errno || b < 0)
+    long b;
+    if (!parse_index(end + 1, &b, &end) || *end != '\0')
         return false;
     *flat = false;
     *p = a;

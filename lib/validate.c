@@ -217,32 +217,45 @@ castle_status castle__check_queue(const castle_context *ctx, cl_command_queue qu
     return CASTLE_SUCCESS;
 }
 
-/* castle__check_buffers, and castle__check_tensors when !with_ws (no workspace in the call). */
-static castle_status check_set(const castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
-                               unsigned used, bool with_ws, cl_mem workspace)
+/* castle__check_call: the tensors' buffers, then no overlap between a tensor the call writes (bit
+   in `writes`) or a buffer it owns and anything else it is given. */
+castle_status castle__check_call(const castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
+                                 unsigned used, unsigned writes, const castle_owned *owned, int nowned)
 {
     castle_status st;
-    const int last = with_ws ? CASTLE_TENSOR_COUNT : CASTLE_TENSOR_COUNT - 1; /* index COUNT: the workspace */
+    if (nowned < 0 || nowned > CASTLE_MAX_OWNED)
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "castle__check_call: %d owned buffers", nowned);
     for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
         if ((used >> t & 1u) &&
             (st = castle__check_buffer(ctx, bufs[t], p->strides[t].s[3], tensor_names[t], CASTLE_ERR_BUFFER_TOO_SMALL)))
             return st;
-    if (with_ws &&
-        (st = castle__check_buffer(ctx, workspace, p->ws_floats, "workspace", CASTLE_ERR_WORKSPACE_TOO_SMALL)))
-        return st;
-    /* Inputs may share memory; an output may share memory with nothing.  Buffers are compared by
-       their root object and byte range, so overlapping sub-buffers are caught too; buffers made with
-       CL_MEM_USE_HOST_PTR are also compared by the host memory they use (CL_MEM_HOST_PTR, the
-       sub-buffer's origin included), which two distinct cl_mem objects may share. */
+    for (int k = 0; k < nowned; ++k)
+        if (owned[k].floats &&
+            (st = castle__check_buffer(ctx, owned[k].mem, owned[k].floats, owned[k].name, owned[k].too_small)))
+            return st;
+    /* Inputs may share memory; an output, or a buffer the call owns, may share memory with nothing.
+       Buffers are compared by their root object and byte range, so overlapping sub-buffers are caught
+       too; buffers made with CL_MEM_USE_HOST_PTR are also compared by the host memory they use
+       (CL_MEM_HOST_PTR, the sub-buffer's origin included), which two distinct cl_mem objects may
+       share.  Entries 0 .. COUNT - 1: the tensors; COUNT + k: owned buffer k. */
+    enum { N = CASTLE_TENSOR_COUNT + CASTLE_MAX_OWNED };
     struct range {
-        cl_mem root;
+        cl_mem mem, root;
+        const char *name;
+        bool used, writes;
         size_t lo, hi;
         uintptr_t host_lo, host_hi; /* 0, 0 unless the buffer uses host memory */
-    } r[CASTLE_TENSOR_COUNT + 1];
-    for (int t = 0; t <= last; ++t) {
-        if (t < CASTLE_TENSOR_COUNT && !(used >> t & 1u))
+    } r[N];
+    for (int t = 0; t < N; ++t) {
+        const bool tensor = t < CASTLE_TENSOR_COUNT;
+        r[t].used = tensor ? (used >> t & 1u) != 0
+                           : t - CASTLE_TENSOR_COUNT < nowned && owned[t - CASTLE_TENSOR_COUNT].mem != NULL;
+        if (!r[t].used)
             continue;
-        cl_mem m = t < CASTLE_TENSOR_COUNT ? bufs[t] : workspace, parent = NULL;
+        r[t].writes = tensor ? (writes >> t & 1u) != 0 : true;
+        r[t].mem = tensor ? bufs[t] : owned[t - CASTLE_TENSOR_COUNT].mem;
+        r[t].name = tensor ? tensor_names[t] : owned[t - CASTLE_TENSOR_COUNT].name;
+        cl_mem m = r[t].mem, parent = NULL;
         size_t off = 0, size = 0;
         clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof size, &size, NULL);
         if (clGetMemObjectInfo(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) != CL_SUCCESS)
@@ -261,38 +274,37 @@ static castle_status check_set(const castle_context *ctx, const castle_problem *
         r[t].host_lo = (uintptr_t)host;
         r[t].host_hi = host ? (uintptr_t)host + size : 0;
     }
-    for (int t = 0; t <= last; ++t) {
-        const bool t_used = t == CASTLE_TENSOR_COUNT || (used >> t & 1u);
-        if (!t_used || (t < CASTLE_TENSOR_COUNT && !is_output(t)))
+    for (int t = 0; t < N; ++t) {
+        if (!r[t].used || !r[t].writes)
             continue;
-        const char *tn = t < CASTLE_TENSOR_COUNT ? tensor_names[t] : "workspace";
         const char *kind = t < CASTLE_TENSOR_COUNT ? "output " : "";
-        const cl_mem tm = t < CASTLE_TENSOR_COUNT ? bufs[t] : workspace;
-        for (int u = 0; u < CASTLE_TENSOR_COUNT; ++u) {
-            if (u == t || !(used >> u & 1u))
+        for (int u = 0; u < CASTLE_TENSOR_COUNT; ++u) { /* an owned buffer is compared when t is it */
+            if (u == t || !r[u].used)
                 continue;
             const bool same_object = r[u].root == r[t].root && r[u].lo < r[t].hi && r[t].lo < r[u].hi;
             const bool same_host = r[u].host_lo && r[t].host_lo && r[u].host_lo < r[t].host_hi &&
                                    r[t].host_lo < r[u].host_hi;
-            if (same_object && bufs[u] == tm)
-                return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s%s is the same buffer as %s", kind, tn,
-                                    tensor_names[u]);
+            if (same_object && r[u].mem == r[t].mem)
+                return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s%s is the same buffer as %s", kind, r[t].name,
+                                    r[u].name);
             if (same_object)
                 return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s%s overlaps %s (sub-buffers of one buffer)", kind,
-                                    tn, tensor_names[u]);
+                                    r[t].name, r[u].name);
             if (same_host)
                 return castle__fail(CASTLE_ERR_INVALID_ARGUMENT,
                                     "%s%s overlaps %s (CL_MEM_USE_HOST_PTR buffers over the same host memory)", kind,
-                                    tn, tensor_names[u]);
+                                    r[t].name, r[u].name);
         }
     }
     return CASTLE_SUCCESS;
 }
 
 castle_status castle__check_buffers(const castle_context *ctx, const castle_problem *p,
-                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used, cl_mem workspace)
+                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used, unsigned writes,
+                                    cl_mem workspace)
 {
-    return check_set(ctx, p, bufs, used, true, workspace);
+    const castle_owned ws = {workspace, "workspace", p->ws_floats, CASTLE_ERR_WORKSPACE_TOO_SMALL};
+    return castle__check_call(ctx, p, bufs, used, writes, &ws, 1);
 }
 
 /* ---- UQ-KV cache (docs/algorithm.md section 5) ---- */
@@ -309,11 +321,6 @@ castle_status castle__check_cache_desc(const castle_cache *c, const castle_atten
 }
 
 /* ---- standard causal attention, the baseline ---- */
-castle_status castle__check_tensors(const castle_context *ctx, const castle_problem *p,
-                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used)
-{
-    return check_set(ctx, p, bufs, used, false, NULL);
-}
 
 castle_status castle__check_kv_cache_desc(const castle_kv_cache *c, const castle_problem *p)
 {

@@ -54,10 +54,27 @@ castle_status castle__check_workspace_fits(const castle_context *ctx, size_t byt
 /* Checks that buf is a cl_mem of ctx holding `floats` floats (else too_small). */
 castle_status castle__check_buffer(const castle_context *ctx, cl_mem buf, size_t floats, const char *name,
                                    castle_status too_small);
+/* A buffer a call owns besides its tensors (the workspace, a cache's buffers): the call may write it,
+   so it may share memory with nothing else the call is given.  floats > 0: it must be a buffer of this
+   context holding that many floats, else too_small; 0: the owner made it (a cache's). */
+typedef struct castle_owned {
+    cl_mem mem;
+    const char *name;
+    size_t floats;
+    castle_status too_small;
+} castle_owned;
+#define CASTLE_MAX_OWNED 4
 /* Checks every tensor t with bit t of `used` set (non-NULL, this context's, large enough for its
-   layout) and the workspace, and that no output shares a buffer with another tensor or the workspace. */
+   layout) and the nowned (at most CASTLE_MAX_OWNED) owned buffers, and that no tensor the call writes
+   (bit t of `writes`) and no owned buffer shares memory with another tensor or owned buffer: the one
+   place a call's buffers are checked against each other. */
+castle_status castle__check_call(const castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
+                                 unsigned used, unsigned writes, const castle_owned *owned, int nowned);
+/* castle__check_call with the workspace as the one owned buffer (at least p->ws_floats floats, else
+   CASTLE_ERR_WORKSPACE_TOO_SMALL). */
 castle_status castle__check_buffers(const castle_context *ctx, const castle_problem *p,
-                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used, cl_mem workspace);
+                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used, unsigned writes,
+                                    cl_mem workspace);
 /* Clears the thread's last error, then checks the caller's pointers: CASTLE_ERR_NULL_POINTER naming
    the first of a (named an) and b (named bn; bn = NULL: no second pointer) that is NULL, in function fn.
    The entry check of the small API functions (getters, resets). */
@@ -76,9 +93,6 @@ castle_status castle__require(const char *fn, const void *a, const char *an, con
 castle_status castle__check_queue(const castle_context *ctx, cl_command_queue queue, cl_uint n, const cl_event *list);
 
 
-/* As castle__check_buffers, for calls without a workspace. */
-castle_status castle__check_tensors(const castle_context *ctx, const castle_problem *p,
-                                    const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used);
 /* Checks that a prefill or decode descriptor (validated into p) matches the cache's batch, heads,
    head_dim, window and scale (else CASTLE_ERR_SHAPE_MISMATCH). */
 castle_status castle__check_cache_desc(const castle_cache *c, const castle_attention_desc *desc,

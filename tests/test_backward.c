@@ -52,6 +52,79 @@ START_TEST(test_again)
 }
 END_TEST
 
+/* castle_backward reads o and lse: they are inputs there, and inputs may share memory, so d_o may be
+   the buffer of o (the gradient of |o|^2 / 2, say).  The gradients must be bitwise those of the same
+   call with d_o a copy of o; a gradient on o (an output on an input) is still refused. */
+static cl_mem filled(cl_context clc, size_t n, unsigned tensor)
+{
+    float *host = malloc(n * sizeof(float));
+    ck_assert(host != NULL);
+    for (size_t i = 0; i < n; ++i)
+        host[i] = (float)h_value(81, tensor, 0, 0, 0, i);
+    cl_int err = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(clc, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * sizeof(float), host, &err);
+    free(host);
+    ck_assert_msg(m != NULL, "clCreateBuffer: %d", (int)err);
+    return m;
+}
+
+START_TEST(test_d_o_is_o)
+{
+    castle_context *ctx = h_context();
+    cl_command_queue q = h_queue();
+    ck_assert_msg(ctx != NULL, "no device: %s", castle_last_error());
+    cl_context clc = castle_context_cl_context(ctx);
+    castle_attention_desc desc;
+    castle_attention_desc_init(&desc, 1, 2, 70, 16); /* two blocks under every built-in entry */
+    const size_t n = 2 * 70 * 16;
+    size_t ws_bytes = 0;
+    ck_assert(castle_forward_workspace_size(ctx, &desc, &ws_bytes) == CASTLE_SUCCESS);
+    cl_mem in[6], o = filled(clc, n, 6), lse = filled(clc, 2 * 70, 7), ws = filled(clc, ws_bytes / sizeof(float), 8);
+    for (int t = 0; t < 6; ++t)
+        in[t] = filled(clc, n, (unsigned)t);
+    ck_assert(castle_forward(ctx, &desc, in[0], in[1], in[2], in[3], in[4], in[5], o, lse, ws, q, 0, NULL, NULL) ==
+              CASTLE_SUCCESS);
+    cl_mem copy = filled(clc, n, 9), g[2][6];
+    ck_assert(clEnqueueCopyBuffer(q, o, copy, 0, 0, n * sizeof(float), 0, NULL, NULL) == CL_SUCCESS);
+    float *host[2];
+    for (int r = 0; r < 2; ++r) {
+        for (int k = 0; k < 6; ++k)
+            g[r][k] = filled(clc, n, 10 + (unsigned)k);
+        castle_status st = castle_backward(ctx, &desc, in[0], in[1], in[2], in[3], in[4], in[5], o, lse, ws,
+                                           r == 0 ? o : copy, g[r][0], g[r][1], g[r][2], g[r][3], g[r][4], g[r][5], q,
+                                           0, NULL, NULL);
+        ck_assert_msg(st == CASTLE_SUCCESS, "backward with d_o %s: %s", r == 0 ? "= o" : "a copy of o",
+                      castle_last_error());
+        host[r] = malloc(6 * n * sizeof(float));
+        ck_assert(host[r] != NULL);
+        for (int k = 0; k < 6; ++k)
+            ck_assert(clEnqueueReadBuffer(q, g[r][k], CL_TRUE, 0, n * sizeof(float), host[r] + k * n, 0, NULL, NULL) ==
+                      CL_SUCCESS);
+    }
+    ck_assert_msg(!memcmp(host[0], host[1], 6 * n * sizeof(float)),
+                  "the gradients with d_o = o differ from those with a copy of o");
+    size_t nonzero = 0; /* the comparison is of gradients the backward wrote, not of zeros */
+    for (size_t i = 0; i < 6 * n; ++i)
+        nonzero += host[0][i] != 0.0f && fabsf(host[0][i]) < 1e3f;
+    ck_assert_msg(nonzero > 5 * n, "only %zu of %zu gradient entries non-zero", nonzero, 6 * n);
+    ck_assert(castle_backward(ctx, &desc, in[0], in[1], in[2], in[3], in[4], in[5], o, lse, ws, copy, o, g[0][1],
+                              g[0][2], g[0][3], g[0][4], g[0][5], q, 0, NULL, NULL) == CASTLE_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(castle_last_error(), "d_qu is the same buffer as o") != NULL, "message '%s'",
+                  castle_last_error());
+    for (int r = 0; r < 2; ++r) {
+        for (int k = 0; k < 6; ++k)
+            clReleaseMemObject(g[r][k]);
+        free(host[r]);
+    }
+    for (int t = 0; t < 6; ++t)
+        clReleaseMemObject(in[t]);
+    clReleaseMemObject(o);
+    clReleaseMemObject(lse);
+    clReleaseMemObject(ws);
+    clReleaseMemObject(copy);
+}
+END_TEST
+
 /* Long sequences: rolling D back must not lose precision.  The device error against the fp64
    reference stays within BACKWARD_LONG_RATIO of a float32 evaluation of the same gradients
    (ref_backward_fast_f32, plain float sums). */
@@ -165,6 +238,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_deterministic, 0, 2);
     tcase_add_loop_test(tc, test_again, 0, 2);
+    tcase_add_test(tc, test_d_o_is_o);
     suite_add_tcase(s, tc);
     tc = tcase_create("magnitudes");
     tcase_set_timeout(tc, 300);

@@ -764,7 +764,7 @@ START_TEST(test_argument_errors)
     ck_assert(BWD(b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DKC], NULL) == CASTLE_ERR_NULL_BUFFER);
     ck_assert(BWD(b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DVC]) == CASTLE_ERR_INVALID_ARGUMENT);
     ck_assert(BWD(b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DKC], b[CASTLE_TENSOR_DO]) == CASTLE_ERR_INVALID_ARGUMENT);
-#undef BWD
+    ck_assert(BWD(b[CASTLE_TENSOR_O], b[CASTLE_TENSOR_DKC], b[CASTLE_TENSOR_DVC]) == CASTLE_ERR_INVALID_ARGUMENT);
     /* nothing was written by the refused calls */
     for (int t = CASTLE_TENSOR_O; t < CASTLE_TENSOR_COUNT; ++t)
         if ((x.set & BIT(t)) && !(INPUTS & BIT(t))) {
@@ -774,6 +774,46 @@ START_TEST(test_argument_errors)
             free(all);
         }
     io_inputs_intact(&x);
+    /* o and lse are inputs of the backward, and inputs may share memory: d_o may be o's buffer.  The
+       gradients are those of the same call with d_o a copy of o (o and lse from a forward first, so
+       that the gradients are not all 0). */
+    ck_assert(castle_causal_forward(cx, &x.desc, b[CASTLE_TENSOR_QC], b[CASTLE_TENSOR_KC], b[CASTLE_TENSOR_VC],
+                                    b[CASTLE_TENSOR_O], b[CASTLE_TENSOR_LSE], q, 0, NULL, NULL) == CASTLE_SUCCESS);
+    const size_t ob = x.span[CASTLE_TENSOR_O] * sizeof(float);
+    cl_int err = CL_SUCCESS;
+    cl_mem copy = clCreateBuffer(castle_context_cl_context(cx), CL_MEM_READ_WRITE, ob, NULL, &err);
+    ck_assert(copy && clEnqueueCopyBuffer(q, b[CASTLE_TENSOR_O], copy, 0, 0, ob, 0, NULL, NULL) == CL_SUCCESS);
+    float *grads[2];
+    for (int r = 0; r < 2; ++r) {
+        ck_assert(castle_causal_backward(cx, &x.desc, b[CASTLE_TENSOR_QC], b[CASTLE_TENSOR_KC], b[CASTLE_TENSOR_VC],
+                                         b[CASTLE_TENSOR_O], b[CASTLE_TENSOR_LSE], r ? copy : b[CASTLE_TENSOR_O],
+                                         b[CASTLE_TENSOR_DQC], b[CASTLE_TENSOR_DKC], b[CASTLE_TENSOR_DVC], q, 0, NULL,
+                                         NULL) == CASTLE_SUCCESS);
+        size_t n = 0;
+        for (int t = CASTLE_TENSOR_DQC; t <= CASTLE_TENSOR_DVC; ++t)
+            n += x.span[t];
+        grads[r] = malloc(n * sizeof(float));
+        ck_assert(grads[r] != NULL);
+        n = 0;
+        for (int t = CASTLE_TENSOR_DQC; t <= CASTLE_TENSOR_DVC; ++t) {
+            ck_assert(clEnqueueReadBuffer(q, b[t], CL_TRUE, 0, x.span[t] * sizeof(float), grads[r] + n, 0, NULL, NULL) ==
+                      CL_SUCCESS);
+            n += x.span[t];
+        }
+        if (r) {
+            ck_assert_msg(!memcmp(grads[0], grads[1], n * sizeof(float)),
+                          "the gradients with d_o = o differ from those with a copy of o");
+            size_t nonzero = 0; /* the comparison is of gradients, not of sentinels or zeros */
+            for (int t = CASTLE_TENSOR_DQC, k = 0; t <= CASTLE_TENSOR_DVC; ++t)
+                for (size_t i = 0; i < x.span[t]; ++i, ++k)
+                    nonzero += grads[1][k] != x.host[t][i] && grads[1][k] != 0.0f;
+            ck_assert_msg(nonzero > n / 2, "only %zu of %zu gradient entries written and non-zero", nonzero, n);
+        }
+    }
+#undef BWD
+    free(grads[0]);
+    free(grads[1]);
+    clReleaseMemObject(copy);
     io_free(&x);
 }
 END_TEST

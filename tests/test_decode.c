@@ -642,6 +642,27 @@ START_TEST(test_mismatch)
     check_status(castle_decode(ctx, cache, &io.desc, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2), conf_io_buf(&io, 3),
                                conf_io_buf(&io, 4), conf_io_buf(&io, 5), conf_io_buf(&io, 0), NULL, h_queue(), 0, NULL, NULL),
                  CASTLE_ERR_INVALID_ARGUMENT, "o is qu");
+    /* the cache's own buffers (castle_cache_buffer), which prefill and decode write, as a tensor (not
+       the ring of qU: its W = 5 rows are fewer than the call's 6, which is refused first) */
+    for (int t = 0; t < 4; ++t) {
+        if (t == CASTLE_CACHE_QU)
+            continue;
+        cl_mem own = NULL;
+        size_t rows = 0;
+        ck_assert(castle_cache_buffer(cache, (castle_cache_tensor)t, &own, &rows) == CASTLE_SUCCESS && own);
+        char what[64];
+        snprintf(what, sizeof what, "cache tensor %d as o of a decode", t);
+        check_status(castle_decode(ctx, cache, &io.desc, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2),
+                                   conf_io_buf(&io, 3), conf_io_buf(&io, 4), conf_io_buf(&io, 5), own, NULL, h_queue(), 0,
+                                   NULL, NULL),
+                     CASTLE_ERR_INVALID_ARGUMENT, what);
+        snprintf(what, sizeof what, "cache tensor %d as kc of a prefill", t);
+        check_status(castle_prefill(ctx, cache, &io.desc, NULL, conf_io_buf(&io, 0), conf_io_buf(&io, 1),
+                                    conf_io_buf(&io, 2), conf_io_buf(&io, 3), own, conf_io_buf(&io, 5),
+                                    conf_io_buf(&io, 6), NULL, h_queue(), 0, NULL, NULL),
+                     CASTLE_ERR_INVALID_ARGUMENT, what);
+        ck_assert_msg(strstr(castle_last_error(), "the cache's") != NULL, "%s: message '%s'", what, castle_last_error());
+    }
     const size_t too_long[MAXB] = {7, 6};
     check_status(castle_prefill(ctx, cache, &io.desc, too_long, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2),
                                 conf_io_buf(&io, 3), conf_io_buf(&io, 4), conf_io_buf(&io, 5), conf_io_buf(&io, 6), NULL, h_queue(), 0,

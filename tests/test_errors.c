@@ -1175,8 +1175,9 @@ START_TEST(test_context_create_null_args)
 }
 END_TEST
 
-static const char *const malformed_specs[] = {"x", "1:", ":1", "-1", "0:0:0", "0:-1", "1x", "0:x", ":",
-                                              "99999999999999999999999"};
+/* digits only: strtol alone would take the blanks and signs of " 0", "+0", "-0", "0: 0" and "0:-0" */
+static const char *const malformed_specs[] = {"x",   "1:", ":1",  "-1",   "0:0:0", "0:-1", "1x",  "0:x", ":",
+                                              "99999999999999999999999", " 0", "\t0", "+0", "-0", "0: 0", "0:-0", "0:+1"};
 #define NMALFORMED ((int)(sizeof malformed_specs / sizeof malformed_specs[0]))
 
 START_TEST(test_device_spec_malformed)
@@ -1358,6 +1359,8 @@ START_TEST(test_tuning_rejected)
         {tun_tile(32, 64, 2, 1, 1), "vector=2", "vector=2"},
         {tun_tile(32, 64, 1, 16, 4), "tm=16", "tm=16"},
         {tun_tile(32, 64, 1, 4, 16), "tn=16", "tn=16"},
+        /* tn x vector = 2^32 wraps to 0 in 32 bits: rejected by range, never divided by (it was, a SIGFPE) */
+        {tun_tile(32, 64, 65536, 1, 65536), "vector=65536", "tn=65536 x vector=65536"},
         {tun_tile(32, 64, 16, 1, 4), "tn=4", "tn=4 x vector=16 not dividing block=32"},
         {tun_tile(32, 128, 1, 4, 4), "threads=128", "threads=128 x 4 x 4 tiles not dividing block*block=1024"},
         {tun_tile(32, 64, 16, 2, 1), "threads=64", "threads=64 x tm=2 x vector=16 not dividing block*block"},
@@ -1474,10 +1477,10 @@ END_TEST
 
 /* The first NMALFORMED are malformed (named by the variable), the rest well-formed bad values. */
 static const char *const bad_tuning_env[] = {"block=abc", "foo=3", "block=32;threads=64", "block",
-                                             "block=4294967328", "block=-32", "block=+32", "threads=",
+                                             "block=4294967328", "block=-32", "block=+32", "threads=", "block=16,",
                                              "block=12", "threads=48", "dchunk=5", "tm=3", "tn=32", "decode=3", "btm=3",
                                              "stage=3", "prefetch=2", "accum=3", "fthreads=48", "fdchunk=128"};
-#define NTUNING_MALFORMED 8
+#define NTUNING_MALFORMED 9
 #define NBADTUNINGENV ((int)(sizeof bad_tuning_env / sizeof bad_tuning_env[0]))
 
 START_TEST(test_tuning_env_malformed)

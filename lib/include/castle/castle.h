@@ -309,7 +309,7 @@ CASTLE_API castle_status castle_forward_workspace_size(const castle_context *ctx
 /* O = CASTLE(QU, KU, VU, QC, KC, VC) and lse, as docs/algorithm.md section 1 defines them, computed by the
    blockwise algorithm of docs/algorithm.md section 3 (one launch for the diagonal blocks, then one per
    off-diagonal).  Buffers are float32 with the descriptor's layouts; o and lse must not overlap
-   any input.  workspace must hold castle_forward_workspace_size() bytes. */
+   each other, any input or the workspace.  workspace must hold castle_forward_workspace_size() bytes. */
 CASTLE_API castle_status castle_forward(castle_context *ctx, const castle_attention_desc *desc,
                                         cl_mem qu, cl_mem ku, cl_mem vu, cl_mem qc, cl_mem kc, cl_mem vc,
                                         cl_mem o, cl_mem lse, cl_mem workspace,
@@ -320,8 +320,9 @@ CASTLE_API castle_status castle_forward(castle_context *ctx, const castle_attent
 /* Gradients of a loss with respect to the six projections, given dO = dLoss/dO: the blockwise
    backward of docs/algorithm.md section 4, one launch per anti-diagonal in reverse (k = N-1 .. 0).  Inputs: the
    forward's six inputs, o and lse as the forward wrote them, the workspace the forward filled (same
-   descriptor, same context tuning) and d_o.  Outputs (overwritten, not accumulated): d_qu .. d_vc,
-   laid out by the descriptor's DQU .. DVC layouts; they must not overlap each other or any input.
+   descriptor, same context tuning) and d_o; inputs may share memory (d_o the buffer of o, say).
+   Outputs (overwritten, not accumulated): d_qu .. d_vc, laid out by the descriptor's DQU .. DVC
+   layouts; they must not overlap each other, any input or the workspace.
    No atomics: the result is bitwise identical from run to run on a device.  P is recomputed with the
    forward's exact rounding, so large inputs (magnitude 1e4) keep float32 accuracy; a NaN or Inf at
    token r reaches only the gradient rows that depend on it (docs/algorithm.md section 4, "Masks"). */
@@ -366,7 +367,9 @@ typedef enum castle_cache_tensor {
 } castle_cache_tensor;
 /* The cache's own buffer of one tensor, float32 packed (batch, heads, rows, d): row s of sequence b
    holds token s for s < its length; other rows are unspecified.  For reading (inspection, tests,
-   serialisation); the buffer stays the cache's (valid until castle_cache_destroy, not retained). */
+   serialisation); the buffer stays the cache's (valid until castle_cache_destroy, not retained).  It
+   (or a sub-buffer of it) is no tensor of a castle_prefill or castle_decode on the cache: those
+   calls write it, and refuse it with CASTLE_ERR_INVALID_ARGUMENT. */
 CASTLE_API castle_status castle_cache_buffer(const castle_cache *cache, castle_cache_tensor tensor,
                                              cl_mem *buffer, size_t *rows);
 
