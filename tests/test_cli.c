@@ -763,9 +763,13 @@ static const usage_case usage_cases[] = {
     {"missing --out", "--out DIR is required", {"forward", "--in", "@in"}},
     {"--window -1", "--window needs an integer >= 0", {"forward", "--in", "@in", "--out", "@out", "--window", "-1"}},
     {"--repeat 0", "--repeat needs an integer in 1..100000", {"forward", "--in", "@in", "--out", "@out", "--repeat", "0"}},
-    {"--scale -1", "--scale needs a finite number >= 0", {"forward", "--in", "@in", "--out", "@out", "--scale", "-1"}},
-    {"--scale inf", "--scale needs a finite number >= 0", {"forward", "--in", "@in", "--out", "@out", "--scale", "inf"}},
-    {"--scale nan", "--scale needs a finite number >= 0", {"forward", "--in", "@in", "--out", "@out", "--scale", "nan"}},
+    {"--scale -1", "--scale needs 0 (1/sqrt(d)) or a float32 number in (0, 65536]", {"forward", "--in", "@in", "--out", "@out", "--scale", "-1"}},
+    {"--scale inf", "--scale needs 0 (1/sqrt(d)) or a float32", {"forward", "--in", "@in", "--out", "@out", "--scale", "inf"}},
+    {"--scale nan", "--scale needs 0 (1/sqrt(d)) or a float32", {"forward", "--in", "@in", "--out", "@out", "--scale", "nan"}},
+    /* above CASTLE_MAX_SCALE, which the library would reject: bad usage too */
+    {"--scale 1e6", "--scale needs 0 (1/sqrt(d)) or a float32", {"forward", "--in", "@in", "--out", "@out", "--scale", "1e6"}},
+    /* positive, but 0 as a float: it must not silently mean 1/sqrt(d) */
+    {"--scale 1e-50", "--scale needs 0 (1/sqrt(d)) or a float32", {"backward", "--in", "@in", "--out", "@out", "--scale", "1e-50"}},
     {"--device 1:x", "--device needs P:D", {"forward", "--in", "@in", "--out", "@out", "--device", "1:x"}},
     {"--device -1", "--device needs P:D", {"decode", "--in", "@in", "--out", "@out", "--prompt", "1", "--device", "-1"}},
     {"a stray argument", "unexpected argument 'stray'", {"forward", "--in", "@in", "--out", "@out", "stray"}},

@@ -14,6 +14,8 @@
 #include "tool.h"
 
 #include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -32,8 +34,27 @@ static cl_mem random_buffer(cl_context cl, size_t n, unsigned seed)
     return m;
 }
 
-static const char usage[] = "usage: castle-generate [--prompt P] [--tokens N] [--heads H] [--dim d] [--window W] "
-                            "[--device P:D]\n";
+static const char usage[] =
+    "usage: castle-generate [--prompt P] [--tokens N] [--heads H] [--dim d] [--window W] [--device P:D]\n"
+    "\n"
+    "An example generation loop with the UQ-KV cache, one attention layer, batch 1: creates a cache for\n"
+    "P + N tokens, prefills a prompt of P tokens (castle_prefill), then decodes N tokens one\n"
+    "castle_decode call each, waiting for each token's output as a serving loop does.  The six\n"
+    "projections are fixed random values.\n"
+    "\n"
+    "options:\n"
+    "  --prompt P     prompt tokens (default 128)\n"
+    "  --tokens N     tokens decoded after the prompt (default 32)\n"
+    "  --heads H      heads (default 8)\n"
+    "  --dim d        head dim, 1..256 (default 64)\n"
+    "  --window W     CASTLE-SWL window, 0 = CASTLE (default 0)\n"
+    "  --device P:D   OpenCL platform:device or flat index (default: $CASTLE_DEVICE, else 0:0)\n"
+    "  -h, --help     this text\n"
+    "\n"
+    "Prints: heads=H d=d window=W prompt=P decoded=N length=<cache length> cache_bytes=<bytes>, then\n"
+    "decode per token: median_ms=<device time, or wall clock where the device gives none> clock=device|host\n"
+    "wall_ms=<castle_decode until its output is ready>\n"
+    "exit status: 0 success, 1 library or device failure, 2 bad usage\n";
 
 /* One decode step: the token's six projections in, its output out. */
 typedef struct step {
@@ -78,6 +99,10 @@ int main(int argc, char **argv)
     const long prompt = val[0], tokens = val[1], heads = val[2], dim = val[3], window = val[4];
     if (prompt < 1 || tokens < 1 || heads < 1 || dim < 1 || window < 0)
         return fprintf(stderr, "castle-generate: prompt, tokens, heads and dim must be >= 1, window >= 0\n"), 2;
+    /* the buffers' sizes (heads x (prompt + tokens) x dim floats) must not overflow */
+    if (prompt > (long)(SIZE_MAX / 8) - tokens ||
+        (size_t)heads > SIZE_MAX / sizeof(float) / (size_t)dim / (size_t)(prompt + tokens))
+        return fprintf(stderr, "castle-generate: heads x (prompt + tokens) x dim floats do not fit in memory\n"), 2;
     const size_t B = 1, H = (size_t)heads, d = (size_t)dim, P = (size_t)prompt, N = (size_t)tokens;
 
     castle_context *ctx = NULL;
@@ -98,8 +123,14 @@ int main(int argc, char **argv)
 
     /* 2. Prefill: the prompt's six projections in, its outputs out, the cache filled. */
     cl_mem in[6], o = clCreateBuffer(cl, CL_MEM_READ_WRITE, B * H * P * d * sizeof(float), NULL, NULL);
+    bool made = o != NULL;
     for (int t = 0; t < 6; ++t)
-        in[t] = random_buffer(cl, B * H * P * d, 17u * (unsigned)t + 1u);
+        made &= (in[t] = random_buffer(cl, B * H * P * d, 17u * (unsigned)t + 1u)) != NULL;
+    if (!made) {
+        fprintf(stderr, "castle-generate: cannot allocate the prompt's buffers (%zu floats each)\n", B * H * P * d);
+        rc = 1;
+        goto done;
+    }
     desc.seq_len = P;
     st = castle_prefill(ctx, cache, &desc, NULL, in[0], in[1], in[2], in[3], in[4], in[5], o, NULL, q, 0, NULL, NULL);
     clFinish(q);
@@ -122,9 +153,12 @@ int main(int argc, char **argv)
                length, bytes);
         printf("decode per token: median_ms=%.3f clock=%s wall_ms=%.3f\n", t.ms, t.clock, t.wall_ms);
     }
+done:
     for (int t = 0; t < 6; ++t)
-        clReleaseMemObject(in[t]);
-    clReleaseMemObject(o);
+        if (in[t])
+            clReleaseMemObject(in[t]);
+    if (o)
+        clReleaseMemObject(o);
     castle_cache_destroy(cache);
     castle_context_destroy(ctx);
     return rc;

@@ -13,7 +13,6 @@
 #include "tool.h"
 
 #include <errno.h>
-#include <float.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdbool.h>
@@ -43,7 +42,7 @@ static const char usage[] =
     "  --in DIR       directory holding the input .npy files\n"
     "  --out DIR      directory for the outputs (created if missing; its parent must exist)\n"
     "  --window W     0 = CASTLE (default), W >= 1 = CASTLE-SWL with lookahead window W\n"
-    "  --scale S      score scale; 0 (default) means 1/sqrt(d)\n"
+    "  --scale S      score scale, at most 65536; 0 (default) means 1/sqrt(d)\n"
     "  --device P:D   OpenCL platform:device, or a flat index N (default: $CASTLE_DEVICE, else 0:0)\n"
     "  --shape B,H,L,d  (random) the shape to generate\n"
     "  --seed S       (random) seed of the generator (default 1)\n"
@@ -145,8 +144,11 @@ static int parse_args(int argc, char **argv, options *o)
         case OPT_SCALE: {
             char *end;
             o->scale = strtod(v, &end);
-            if (end == v || *end || !(o->scale >= 0) || !isfinite(o->scale) || o->scale > FLT_MAX)
-                return usage_error("--scale needs a finite number >= 0, got '%s'", v);
+            /* what the library takes (castle.h): 0 (1/sqrt(d)) or a float in (0, CASTLE_MAX_SCALE]; a
+               positive value that rounds to float 0 would silently mean 1/sqrt(d) */
+            if (end == v || *end || !(o->scale >= 0) || o->scale > CASTLE_MAX_SCALE ||
+                (o->scale > 0 && (float)o->scale == 0.0f))
+                return usage_error("--scale needs 0 (1/sqrt(d)) or a float32 number in (0, 65536], got '%s'", v);
             break;
         }
         case OPT_SHAPE: {
