@@ -2,9 +2,10 @@
 # test_gpu_session: tools/gpu-session.sh on the test device at a tiny shape, its --before set a copy
 # of cl/ that cannot build (every barrier() renamed to an undeclared function): the steps of the
 # built kernels pass and land in summary.txt (block kernels in two rounds, each launch's JSON,
-# decode), those of the broken set fail and are reported, exit status 1; under --pack only
-# summary.txt and gpu-session.tgz are left, the archive holding every step's file and the caches;
-# --prepare writes a revision's cl/ (where git can); bad usage exits 2.
+# decode, and PyTorch's anchors where torch is importable), those of the broken set fail and are
+# reported, exit status 1; under --pack only summary.txt and gpu-session.tgz are left, the archive
+# holding every step's file and the caches; --prepare writes a revision's cl/ (where git can); bad
+# usage exits 2.
 # usage: gpu_session.sh SOURCE_DIR CASTLE_BENCH
 set -u
 root=$1 tool=$1/tools/gpu-session.sh
@@ -43,6 +44,15 @@ $(cat "$sum")"
 done
 ! grep -q "step=bench_before" "$sum" || fail "summary.txt has lines of the broken set"
 grep -q '"launch_ms"' "$tmp/unpacked/launches.txt" || fail "launches.txt has no per-launch times"
+if python3 -c "import torch" 2>/dev/null; then # PyTorch's anchors (tools/torch-anchors.py) at the same shape
+    grep -q "^-- anchors: ok in " <<<"$out" || fail "step anchors did not pass:
+$out"
+    for w in "anchor=[a-z-]* op=forward dtype=fp32 B=1 H=1 L=32 d=64 .* step=anchors" \
+        "anchor=castle-parallel op=forward dtype=fp32 .* step=anchors"; do
+        grep -q "^$w\$" "$sum" || fail "summary.txt has no line '$w':
+$(cat "$sum")"
+    done
+fi
 ls "$tmp/unpacked/kc_now"/*.bin >/dev/null 2>&1 || fail "no binary cache entries in kc_now"
 [ -f "$tmp/unpacked/bench_before_1.txt" ] || fail "the failed steps' files are not in the archive"
 if git -C "$root" rev-parse --verify -q HEAD >/dev/null; then
@@ -56,4 +66,17 @@ for args in "--L x" "--L 0" "--before $tmp/none" "--bogus" "--prepare" "--budget
     rc=$?
     [ "$rc" -eq 2 ] || fail "'$args': exit status $rc, expected 2"
 done
+# the bundle's tools: usage and refusals (making a bundle is a whole Release build: not here)
+bash "$root/tools/gpu-bundle.sh" --help | grep -q "^usage: tools/gpu-bundle.sh" || fail "gpu-bundle.sh --help prints no usage"
+bash "$root/tools/gpu-bundle.sh" --jobs x >/dev/null 2>&1
+[ $? -eq 2 ] || fail "gpu-bundle.sh --jobs x: expected exit status 2"
+bash "$root/tools/gpu-run.sh" --help | grep -q "^usage: bash .bundle/run.sh" || fail "gpu-run.sh --help prints no usage"
+bash "$root/tools/gpu-run.sh" castle-info >/dev/null 2>&1 # beside tools/, not in a bundle: no build there
+[ $? -eq 2 ] || fail "gpu-run.sh outside a bundle: expected exit status 2"
+if command -v python3 >/dev/null; then
+    python3 "$root/tools/torch-anchors.py" --help | grep -q "^usage: torch-anchors.py" ||
+        fail "torch-anchors.py --help prints no usage"
+    python3 "$root/tools/torch-anchors.py" --L 0 >/dev/null 2>&1
+    [ $? -eq 2 ] || fail "torch-anchors.py --L 0: expected exit status 2"
+fi
 echo "test_gpu_session: passed"

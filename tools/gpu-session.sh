@@ -2,7 +2,8 @@
 # gpu-session.sh: the measurements a session with a lent GPU makes, in one run, so that its few
 # minutes of device time go to measuring and none to typing: the self-test, the block kernels with
 # per-kernel profiles (the kernels as built and, with --before, an earlier copy of cl/ for an A/B in
-# the same run), decode at a long cache, and PyTorch's anchors where they are bundled.  Each kernel
+# the same run), decode at a long cache, and PyTorch's anchors (tools/torch-anchors.py) where
+# PyTorch is installed.  Each kernel
 # set builds into its own binary cache under OUT, which brings the driver's PTX back for
 # tools/ptx-report.sh --from-cache.  Every step has a time limit; a step that fails or times out is
 # reported and the next one runs.
@@ -17,13 +18,14 @@
 #                 (for a device tool that brings back only a few files from OUT)
 #        tools/gpu-session.sh --prepare REV [DIR]
 #   writes REV's cl/ (git archive) to DIR (default .bundle/cl_before), for --before; run it after
-#   making the bundle, which starts from an empty .bundle
+#   making the bundle (tools/gpu-bundle.sh), which starts from an empty .bundle
 # Output: OUT (default ./gpu-session-out), one file per step (*.txt; launches.txt is castle-bench's
 # JSON with each launch's work-groups and time), summary.txt (every timing line), and the caches
 # kc_*; with $OUT set (the device tool's folder) everything lands there.  Tools are taken from
 # CASTLE_TOOLS, else build/tools, else the bundle's build (/tmp/castle-gpu/build/tools, where
 # .bundle/run.sh puts it).
-# On the GPU machine: bash .bundle/run.sh bash tools/gpu-session.sh --before .bundle/cl_before
+# Here: tools/gpu-bundle.sh, then (for an A/B) tools/gpu-session.sh --prepare REV; on the GPU
+# machine, from the checkout's root: bash .bundle/run.sh bash tools/gpu-session.sh --before .bundle/cl_before
 set -uo pipefail
 usage() { # [status]: 0 to stdout (--help), else to stderr
     local status=${1:-2}
@@ -113,7 +115,7 @@ for set in "${sets[@]}"; do
     step "decode$([ "$set" = now ] || echo "_$set")" 120 "${cmd[@]}" --t "$t" --ops decode --impls castle,swl,causal \
         --repeat 10
 done
-anchors=$(dirname "$0")/../.bundle/anchors.py
+anchors=$(dirname "$0")/torch-anchors.py
 if [ -f "$anchors" ] && python3 -c "import torch" 2>/dev/null; then
     step anchors 120 python3 "$anchors" --L "$L" --batch "$batch" --heads "$heads"
 fi
