@@ -160,7 +160,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     prefetch_rows(Dsrc_hi, (ulong)d, s0, k > 0 ? L : 0, d);
     prefetch_rows(Dsrc_lo, (ulong)d, s0, k > 0 ? L : 0, d);
 
-    /* Phase A: the gate logits QU[T_j] KU[T_i]^T (as the forward) and, in gv until the logits are
+    /* Phase A: the gate logits QU[T_j] KU[T_i]^T (the forward's KU[T_i] QU[T_j]^T transposed: the same
+       products summed in the same order, so the same floats) and, in gv until the logits are
        done, the dD_j VU[T_i]^T part of dG (dD_j: the gradient of D_j^(k+1), 0 at the first touch);
        then G, Gt, Y and Yt (Y: the forward's masked X block, row-major (t, j') in the workspace).
        Tiles: the A operands T0 QU[T_j] and T2 dD_j as MT_AT says, the B operands T1 KU[T_i] and

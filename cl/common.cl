@@ -448,7 +448,9 @@ inline vfloat castle_silu_v(vfloat x) { return x * castle_sigmoid_v(x); }
 
 /* The gate G[s, j'] = sigmoid(sc logit) of row s for the VW columns j' in jp (docs/algorithm.md
    section 2): where it is allowed (s < L, j' < L, s < j', and j' <= s + W for CASTLE-SWL), 0
-   elsewhere.  The forward and the backward compute it alike, so both see bitwise the same G. */
+   elsewhere.  The backward and the cache's gated pass compute it here, the forward (which keeps G^T)
+   with castle_gate_t_v below: the same operations on the same logit, lane by lane, so every kernel
+   sees bitwise the same G. */
 __attribute__((always_inline)) inline vfloat castle_gate_v(const vfloat logit, const float sc, const int s,
                                                           const vfloat jp, const int L, const int W)
 {
@@ -457,6 +459,17 @@ __attribute__((always_inline)) inline vfloat castle_gate_v(const vfloat logit, c
                             VISLESS(jp, (vfloat)(float)L) & VISLESS(sf, jp) &
                                 (W == 0 ? VTRUE : VISLESSEQ(jp, sf + (float)W)));
     return s < L ? g : (vfloat)(0.0f);
+}
+
+/* castle_gate_v transposed: G[s, j'] of one column j' for the VW rows s in sv (a row of G^T). */
+__attribute__((always_inline)) inline vfloat castle_gate_t_v(const vfloat logit, const float sc, const vfloat sv,
+                                                            const int jp, const int L, const int W)
+{
+    const vfloat jf = (float)jp;
+    const vfloat g = select((vfloat)(0.0f), castle_sigmoid_v(sc * logit),
+                            VISLESS(sv, (vfloat)(float)L) & VISLESS(sv, jf) &
+                                (W == 0 ? VTRUE : VISLESSEQ(jf, sv + (float)W)));
+    return jp < L ? g : (vfloat)(0.0f);
 }
 
 /* acc += the terms kk in [0, BLK) of A[:, kk] B[kk, :] that row row0 + i and column col0 + c take:

@@ -62,7 +62,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     const bool need_x = gate && k == 0;   /* X[T_i, T_i] is computed at k = 0, read back later */
     const vfloat lane = lane_index();
 
-    __global const float *pqu = qu + tensor_offset(squ, b, h, 0);
+    __global const float *pku = ku + tensor_offset(sku, b, h, 0);
     __global const float *pvu = vu + tensor_offset(svu, b, h, 0);
     __global const float *pqc = qc + tensor_offset(sqc, b, h, 0);
     __global const float *pvc = vc + tensor_offset(svc, b, h, 0);
@@ -85,7 +85,8 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
 
     /* Phase 1: the BLK x BLK x d products, d staged through local memory in chunks of DT:
          s1 = QC[T_i] KC[T_j]^T,  sx = QC[T_i] D_j (k > 0) or QC[T_i] VU[T_i]^T (k = 0),
-         gl = QU[T_j] KU[T_i]^T. */
+         gl = KU[T_i] QU[T_j]^T, the gate logits transposed (rows j', columns s): G is read only as
+         G^T (phases 3 and 5), which phase 2 then stores with vector stores. */
     vfloat s1[FUPT][MT_ACC], sx[FUPT][MT_ACC], gl[FUPT][MT_ACC];
     #pragma unroll
     for (int m = 0; m < FUPT; ++m) {
@@ -93,8 +94,8 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
         mt_zero(sx[m]);
         mt_zero(gl[m]);
     }
-    __local float *tQC = lm, *tQU = lm + KS * DT, *tKC = lm + 2 * KS * DT; /* k-major: [c * KS + row] */
-    __local float *tDV = lm + 3 * KS * DT, *tKU = lm + 4 * KS * DT;          /* tDV: D_j or VU[T_i] */
+    __local float *tQC = lm, *tKU = lm + KS * DT, *tKC = lm + 2 * KS * DT; /* k-major: [c * KS + row] */
+    __local float *tDV = lm + 3 * KS * DT, *tQU = lm + 4 * KS * DT;          /* tDV: D_j or VU[T_i] */
     for (int c0 = 0; c0 < d; c0 += DT) {
         stage_tile_a(tQC, KS, xqc, pqc, sqc.z, i, L, c0, DT, d);
         stage_tile_t(tKC, KS, xkc, j, c0, DT, d);
@@ -102,9 +103,9 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
             stage_tile_ks(tDV, KS, D, (ulong)d, s0, L, c0, DT, d, true);
         else if (need_x)
             stage_tile_ks(tDV, KS, pvu, svu.z, t0, L, c0, DT, d, true);
-        if (gate) {
-            stage_tile_a(tQU, KS, xqu, pqu, squ.z, j, L, c0, DT, d);
-            stage_tile_t(tKU, KS, xku, i, c0, DT, d);
+        if (gate) { /* KU[T_i] the A operand, QU[T_j] the B one */
+            stage_tile_a(tKU, KS, xku, pku, sku.z, i, L, c0, DT, d);
+            stage_tile_t(tQU, KS, xqu, j, c0, DT, d);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         #pragma unroll
@@ -115,15 +116,16 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
             mt_product(s1[m], MT_A_KS(tQC, row0, DT, 0, KS), tKC + col0, KS, DT);
             if (need_d || need_x)
                 mt_product(sx[m], MT_A_KS(tQC, row0, DT, 0, KS), tDV + col0, KS, DT);
-            if (gate) /* rows: s in T_j, columns: j' in T_i */
-                mt_product(gl[m], MT_A_KS(tQU, row0, DT, 0, KS), tKU + col0, KS, DT);
+            if (gate) /* rows: j' in T_i, columns: s in T_j */
+                mt_product(gl[m], MT_A_KS(tKU, row0, DT, 0, KS), tQU + col0, KS, DT);
         }
         /* global fence too: phase 5 overwrites D_j rows that other work-items read here */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     }
 
-    /* Phase 2: the gate block G[T_j, T_i] and the masked X[T_i, T_i], both k-major (transposed);
-       X only an A operand, so row-major under MT_AM_ROWS (common.cl), in sX: sXt's place. */
+    /* Phase 2: the gate block G[T_j, T_i] and the masked X[T_i, T_i], both k-major (transposed): G^T
+       as gl lies (rows j'); X only an A operand, so row-major under MT_AM_ROWS (common.cl), in sX:
+       sXt's place. */
     __local float *sGt = lm, *sXt = lm + BLK * BLK, *sAt = lm + 2 * BLK * BLK; /* [col * BLK + row] */
     __local float *sX = sXt; /* [row * BLK + col] */
     __local float *sAlpha = lm + 3 * BLK * BLK, *sL = sAlpha + BLK;
@@ -135,10 +137,10 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
             #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
-                const vfloat jp = (float)(t0 + cv) + lane; /* j' of each lane */
-                const vfloat g = castle_gate_v(gl[m][e], sc, s0 + rr, jp, L, W);
-                store_column(sGt, cv, rr, g);
+                /* G^T: row j' = t0 + rr, the lanes rows s of G */
+                VSTORE(castle_gate_t_v(gl[m][e], sc, (float)(s0 + cv) + lane, t0 + rr, L, W), sGt + rr * BLK + cv);
                 if (k == 0) { /* rows t = rr, columns j': masked j' <= t, j' < L */
+                    const vfloat jp = (float)(t0 + cv) + lane; /* j' of each lane */
                     const vfloat x = select((vfloat)(0.0f), sc * sx[m][e],
                                             VISLESSEQ(lane + (float)cv, (vfloat)(float)rr) &
                                                 VISLESS(jp, (vfloat)(float)L));
