@@ -65,7 +65,6 @@ castle_status castle_forward_workspace_size(const castle_context *ctx, const cas
 #define BIT(t) (1u << (t))
 #define FORWARD_TENSORS (BIT(CASTLE_TENSOR_LSE + 1) - 1u) /* QU .. VC, O, LSE */
 #define BACKWARD_TENSORS (BIT(CASTLE_TENSOR_COUNT) - 1u)
-#define FORWARD_WRITES (BIT(CASTLE_TENSOR_O) | BIT(CASTLE_TENSOR_LSE))
 #define BACKWARD_WRITES (BIT(CASTLE_TENSOR_COUNT) - BIT(CASTLE_TENSOR_DQU)) /* d_qu .. d_vc; o, lse are read */
 
 castle_status castle_forward(castle_context *ctx, const castle_attention_desc *desc, cl_mem qu, cl_mem ku, cl_mem vu,
@@ -79,7 +78,7 @@ castle_status castle_forward(castle_context *ctx, const castle_attention_desc *d
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {qu, ku, vu, qc, kc, vc, o, lse};
-    if ((st = castle__check_buffers(ctx, &p, bufs, FORWARD_TENSORS, FORWARD_WRITES, workspace)) ||
+    if ((st = castle__check_buffers(ctx, &p, bufs, FORWARD_TENSORS, CASTLE_WRITES_O_LSE, workspace)) ||
         (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
         return st;
     return castle__schedule_forward(ctx, &p, bufs, workspace, queue, num_wait_events, wait_events, event);

@@ -12,7 +12,6 @@
 #define LSE BIT(CASTLE_TENSOR_LSE)
 #define GRADIENTS (BIT(CASTLE_TENSOR_DQC) | BIT(CASTLE_TENSOR_DKC) | BIT(CASTLE_TENSOR_DVC)) /* dq, dk, dv */
 #define BACKWARD_TENSORS (QKVO | LSE | BIT(CASTLE_TENSOR_DO) | GRADIENTS)
-#define OUTPUTS (BIT(CASTLE_TENSOR_O) | LSE) /* what a forward, prefill or decode writes */
 
 castle_status castle_causal_forward(castle_context *ctx, const castle_attention_desc *desc, cl_mem q, cl_mem k,
                                     cl_mem v, cl_mem o, cl_mem lse, cl_command_queue queue, cl_uint num_wait_events,
@@ -28,7 +27,7 @@ castle_status castle_causal_forward(castle_context *ctx, const castle_attention_
                                               [CASTLE_TENSOR_VC] = v,
                                               [CASTLE_TENSOR_O] = o,
                                               [CASTLE_TENSOR_LSE] = lse};
-    if ((st = castle__check_call(ctx, &p, bufs, QKVO | LSE, OUTPUTS, NULL, 0)) ||
+    if ((st = castle__check_call(ctx, &p, bufs, QKVO | LSE, CASTLE_WRITES_O_LSE, NULL, 0)) ||
         (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
         return st;
     return castle__causal_forward(ctx, &p, bufs, queue, num_wait_events, wait_events, event);
@@ -106,7 +105,7 @@ static castle_status append(castle_context *ctx, castle_kv_cache *cache, const c
     const castle_owned owned[] = {{cache->k, "the KV cache's keys", 0, CASTLE_SUCCESS},
                                   {cache->v, "the KV cache's values", 0, CASTLE_SUCCESS}};
     if ((st = castle__check_kv_cache_desc(cache, &p)) ||
-        (st = castle__check_call(ctx, &p, bufs, QKVO | (lse ? LSE : 0u), OUTPUTS, owned, 2)) ||
+        (st = castle__check_call(ctx, &p, bufs, QKVO | (lse ? LSE : 0u), CASTLE_WRITES_O_LSE, owned, 2)) ||
         (st = castle__check_queue(ctx, queue, nwait, wait)))
         return st;
     if (prefill && cache->len > 0)

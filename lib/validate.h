@@ -64,6 +64,8 @@ typedef struct castle_owned {
     castle_status too_small;
 } castle_owned;
 #define CASTLE_MAX_OWNED 4
+/* The tensors a forward, prefill or decode writes (castle__check_call's `writes`): o and lse. */
+#define CASTLE_WRITES_O_LSE ((1u << CASTLE_TENSOR_O) | (1u << CASTLE_TENSOR_LSE))
 /* Checks every tensor t with bit t of `used` set (non-NULL, this context's, large enough for its
    layout) and the nowned (at most CASTLE_MAX_OWNED) owned buffers, and that no tensor the call writes
    (bit t of `writes`) and no owned buffer shares memory with another tensor or owned buffer: the one
