@@ -33,10 +33,11 @@
    staged k-major (contraction index first), so each matrix is kept in the orientation(s) its
    products read (under MT_AM_ROWS, the CPU mappings, a matrix that is only an A operand is read
    row-major instead: MT_AM, common.cl); of the d tiles (stage_tile: vector loads), those that are A operands are staged as
-   MT_AT says (row-major when TM = 1).  The scores and the D update are recomputed
-   with the forward's mt_* calls on the same operands (mt_product's even/odd order), so
-   P = exp(A - lse) uses exactly the A the forward normalised (P <= 1) and D_j is rolled back by
-   exactly what the forward added.
+   MT_AT says (row-major when TM = 1).  The gate logits, the scores and the D update are recomputed
+   with the forward's mt_* calls on the same operands (mt_product's even/odd order, DT terms per
+   call whatever a phase stages per step), so where the forward's d chunk is the same (fdchunk =
+   dchunk) P = exp(A - lse) uses exactly the A the forward normalised (P <= 1) and D_j is rolled
+   back by exactly what the forward added; otherwise they differ in rounding, and P is capped at 1.
    Causally masked entries never enter a product: a contraction stops where its mask does (per row
    of a micro-tile, and per column for dSU^T Y; mt_product_lower, _below, _from), masked results are
    selected, never multiplied by a zero mask, and rows beyond L are zeros in the tiles; so a NaN or
@@ -52,10 +53,47 @@
 /* FU, FUC, FUPT, FUPC: common.cl. */
 
 /* Local memory: eight BLK x BLK matrices (row stride BLK), seven BLK x DT tiles (row-major,
-   t[r * DT + c], or k-major, t[c * BLK + r]: stage_tile), Delta and lse of the rows. */
+   t[r * DT + c], or k-major, t[c * BLK + r]: stage_tile), Delta and lse of the rows; phases A, B
+   and D2 lay wider tiles over the matrices they do not keep (BW_WA, BW_WB, BW_WD2 below). */
 #define BW_ROWS ((BLK + NT - 1) / NT) /* rows of Delta and lse per work-item (1 when NT >= BLK) */
 #define BW_MATS 8 /* the matrices come first (CASTLE_LM_BACKWARD counts the same parts) */
 #define LM_BW CASTLE_LM_BACKWARD(BLK, DT) /* local_memory.h: the host checks the same formula */
+/* Columns of d staged per step, phase by phase: the phases that keep fewer matrices stage wider
+   tiles in the room the others leave, so that d takes fewer steps (and barriers).  Phase A (four
+   tiles, before any matrix is written) has the matrices' area and the tiles' (BW_AREA); phase B
+   (seven tiles beside Gt, Yt, G and Y, M0-M3) the area from M4 on; phase D1 (six tiles, all eight
+   matrices live) the tiles' area, DT columns; phase D2 (two tiles beside dZ and dZt, M1 and M4) the
+   area from M5 on.  Each is a multiple of DT, at least DT, and every product still takes DT terms
+   per mt_product call in the order of the columns, so a wider step changes no float. */
+#define BW_AREA (BW_MATS * BLK * BLK + 7 * BLK * DT)
+#define BW_WIDTH(from, ntiles) ((BW_AREA - (from)) / ((ntiles) * BLK) / DT * DT)
+#define BW_WA BW_WIDTH(0, 4)
+#define BW_WB BW_WIDTH(4 * BLK * BLK, 7)
+#define BW_WD2 BW_WIDTH(5 * BLK * BLK, 2)
+
+/* Columns [c0, c0 + n) of rows [row0, row0 + BLK) of a row-major matrix into a tile laid out w
+   columns wide (n <= w): k-major (t[c * BLK + r]) when trans, else row-major with row stride w.
+   The layout is fixed by the phase (w a constant), the columns staged by d. */
+__attribute__((always_inline)) inline void stage_cols(__local float *t, const int w, __global const float *p,
+                                                      ulong rs, int row0, int nrows, int c0, int n, int d,
+                                                      const bool trans)
+{
+    if (trans)
+        copy_tile(t, 1, BLK, p, rs, row0, nrows, c0, n, d);
+    else
+        copy_tile(t, w, 1, p, rs, row0, nrows, c0, n, d);
+}
+
+/* stage_tile_a's tile (block nb, its block-transposed copy xt or the tensor x) in stage_cols's way. */
+__attribute__((always_inline)) inline void stage_cols_a(__local float *t, const int w, __global const float *xt,
+                                                        __global const float *x, ulong rs, int nb, int nrows,
+                                                        int c0, int n, int d)
+{
+    if (MT_AT)
+        stage_tile_t(t, BLK, xt, nb, c0, n, d);
+    else
+        copy_tile(t, w, 1, x, rs, nb * BLK, nrows, c0, n, d);
+}
 
 /* SiLU'(x) from g = sigmoid(x), the value castle_silu_v(x) = x g is computed from (one exp for both). */
 inline vfloat castle_silu_grad_g(vfloat x, vfloat g) { return g * ((vfloat)(1.0f) + x * ((vfloat)(1.0f) - g)); }
@@ -161,31 +199,37 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     prefetch_rows(Dsrc_lo, (ulong)d, s0, k > 0 ? L : 0, d);
 
     /* Phase A: the gate logits QU[T_j] KU[T_i]^T (the forward's KU[T_i] QU[T_j]^T transposed: the same
-       products summed in the same order, so the same floats) and, in gv until the logits are
+       products summed in the same order, so the same floats where fdchunk = dchunk) and, in gv until the logits are
        done, the dD_j VU[T_i]^T part of dG (dD_j: the gradient of D_j^(k+1), 0 at the first touch);
        then G, Gt, Y and Yt (Y: the forward's masked X block, row-major (t, j') in the workspace).
-       Tiles: the A operands T0 QU[T_j] and T2 dD_j as MT_AT says, the B operands T1 KU[T_i] and
-       T3 VU[T_i] k-major. */
-    for (int c0 = 0;; c0 += DT) { /* d >= 1 */
-        if (gate) {
-            stage_tile_a(T0, BLK, xqu, pqu, squ.z, j, L, c0, DT, d);
-            stage_tile_t(T1, BLK, xku, i, c0, DT, d);
-            if (!first_col) {
-                stage_tile(T2, dD, (ulong)d, s0, L, c0, DT, d, MT_AT);
-                stage_tile_t(T3, BLK, xvu, i, c0, DT, d);
+       Tiles (BW_WA columns each, in the whole area: lm on): the A operands A0 QU[T_j] and A2 dD_j as
+       MT_AT says, the B operands A1 KU[T_i] and A3 VU[T_i] k-major. */
+    const int dpad = (d + DT - 1) / DT * DT; /* the columns a step stages: at most the step's width */
+    {
+        __local float *A0 = lm, *A1 = A0 + BLK * BW_WA, *A2 = A1 + BLK * BW_WA, *A3 = A2 + BLK * BW_WA;
+        for (int c0 = 0;; c0 += BW_WA) { /* d >= 1 */
+            const int n = min(BW_WA, dpad - c0);
+            if (gate) {
+                stage_cols_a(A0, BW_WA, xqu, pqu, squ.z, j, L, c0, n, d);
+                stage_tile_t(A1, BLK, xku, i, c0, n, d);
+                if (!first_col) {
+                    stage_cols(A2, BW_WA, dD, (ulong)d, s0, L, c0, n, d, MT_AT);
+                    stage_tile_t(A3, BLK, xvu, i, c0, n, d);
+                }
             }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (gate)
+                for (int c = 0; c < n; c += DT) /* DT terms per call, as with DT-wide steps */
+                    ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
+                        const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+                        mt_product(g[m], MT_A(A0, row0, BW_WA, c), A1 + c * BLK + col0, BLK, DT);
+                        if (!first_col)
+                            mt_product(gv[m], MT_A(A2, row0, BW_WA, c), A3 + c * BLK + col0, BLK, DT);
+                    }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (c0 + BW_WA >= d)
+                break;
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (gate)
-            ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
-                const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-                mt_product(g[m], MT_A(T0, row0, DT, 0), T1 + col0, BLK, DT);
-                if (!first_col)
-                    mt_product(gv[m], MT_A(T2, row0, DT, 0), T3 + col0, BLK, DT);
-            }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (c0 + DT >= d)
-            break;
     }
     if (gate)
         ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
@@ -207,72 +251,80 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Phase B: roll D_j back to D_j^(k) (into W and the k-major tile T6: exactly the D_j the forward
+    /* Phase B: roll D_j back to D_j^(k) (into W and the k-major tile B6: exactly the D_j the forward
        read), Delta = rowsum(dO * O) (at the row block's first touch; later pairs read it from the
        workspace) and the products QC KC^T, QC D_j^(k)T, dO VC^T.  Delta and
        dO VC^T are one FMA chain each in the same order, so that dA = P (dP - Delta) is exactly 0
-       where the two agree exactly (a row with a single key: O = VC). */
+       where the two agree exactly (a row with a single key: O = VC).  Tiles (BW_WB columns each, from
+       M4 on): the A operands B0 QC[T_i] and B2 dO[T_i] as MT_AT says, the B operands B1 KC[T_j] and
+       B3 VC[T_j] k-major, B4 O[T_i] as MT_AT says, B5 VU[T_i] row-major, B6 D_j^(k) k-major. */
     float delta[BW_ROWS]; /* Delta of rows lid + q NT, summed chunk by chunk */
     for (int q = 0; q < BW_ROWS; ++q)
         delta[q] = 0.0f;
-    for (int c0 = 0;; c0 += DT) { /* d >= 1 */
-        stage_tile_a(T0, BLK, xqc, pqc, sqc.z, i, L, c0, DT, d);
-        stage_tile_t(T1, BLK, xkc, j, c0, DT, d);
-        stage_tile_a(T2, BLK, xdo, pdo, sdo.z, i, L, c0, DT, d);
-        stage_tile_t(T3, BLK, xvc, j, c0, DT, d);
+    __local float *B0 = lm + 4 * BLK * BLK, *B1 = B0 + BLK * BW_WB, *B2 = B1 + BLK * BW_WB, *B3 = B2 + BLK * BW_WB;
+    __local float *B4 = B3 + BLK * BW_WB, *B5 = B4 + BLK * BW_WB, *B6 = B5 + BLK * BW_WB;
+    for (int c0 = 0;; c0 += BW_WB) { /* d >= 1 */
+        const int n = min(BW_WB, dpad - c0);
+        stage_cols_a(B0, BW_WB, xqc, pqc, sqc.z, i, L, c0, n, d);
+        stage_tile_t(B1, BLK, xkc, j, c0, n, d);
+        stage_cols_a(B2, BW_WB, xdo, pdo, sdo.z, i, L, c0, n, d);
+        stage_tile_t(B3, BLK, xvc, j, c0, n, d);
         if (first_row) /* O, for Delta (read by the row's first pair only: staged from O itself) */
-            stage_tile(T4, po, so.z, t0, L, c0, DT, d, MT_AT);
+            stage_cols(B4, BW_WB, po, so.z, t0, L, c0, n, d, MT_AT);
         if (gate && k > 0)
-            stage_tile(T5, pvu, svu.z, t0, L, c0, DT, d, false);
+            stage_cols(B5, BW_WB, pvu, svu.z, t0, L, c0, n, d, false);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k > 0)
-            ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
-                const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
-                vfloat dv[MT_ACC];
-                mt_zero(dv);
-                if (gate) /* the forward's D update G[T_j,T_i] VU[T_i] */
-                    mt_product(dv, sGt + row0, BLK, T5 + col0, DT, BLK);
-                ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-                    const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW, gc = c0 + cv;
-                    const int s = s0 + rr;
-                    vfloat hi = (vfloat)(0.0f);
-                    if (s < L && gc < d) {
-                        const ulong off = (ulong)s * d + gc;
-                        const int n = min(VW, d - gc);
-                        vfloat lo;
-                        hi = gload_part(Dsrc_hi + off, n);
-                        lo = gload_part(Dsrc_lo + off, n);
-                        if (gate)
-                            pair_add_v(&hi, &lo, -dv[e]);
-                        gstore_part(hi, Whi + off, n);
-                        gstore_part(lo, Wlo + off, n);
+            for (int c = 0; c < n; c += DT)
+                ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
+                    const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
+                    vfloat dv[MT_ACC];
+                    mt_zero(dv);
+                    if (gate) /* the forward's D update G[T_j,T_i] VU[T_i] */
+                        mt_product(dv, sGt + row0, BLK, B5 + c + col0, BW_WB, BLK);
+                    ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
+                        const int rr = row0 + e / TN, cv = c + col0 + (e % TN) * VW, gc = c0 + cv;
+                        const int s = s0 + rr;
+                        vfloat hi = (vfloat)(0.0f);
+                        if (s < L && gc < d) {
+                            const ulong off = (ulong)s * d + gc;
+                            const int n = min(VW, d - gc);
+                            vfloat lo;
+                            hi = gload_part(Dsrc_hi + off, n);
+                            lo = gload_part(Dsrc_lo + off, n);
+                            if (gate)
+                                pair_add_v(&hi, &lo, -dv[e]);
+                            gstore_part(hi, Whi + off, n);
+                            gstore_part(lo, Wlo + off, n);
+                        }
+                        store_column(B6, cv, rr, hi);
                     }
-                    store_column(T6, cv, rr, hi);
                 }
-            }
         /* global fence too: phase D1 reads W rows other work-items wrote */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        if (first_row) /* in mt_product's order: even and odd c apart, then added */
+        if (first_row) /* in mt_product's order: even and odd c apart, then added, DT at a time */
             for (int q = 0; q < BW_ROWS; ++q) {
                 const int r = lid + q * NT;
-                if (r < BLK) {
+                for (int c = 0; c < n && r < BLK; c += DT) {
                     float e0 = 0.0f, e1 = 0.0f;
-                    for (int c = 0; c < DT; c += 2) {
-                        e0 += T2[MT_AOFF(r, DT, c)] * T4[MT_AOFF(r, DT, c)];
-                        e1 += T2[MT_AOFF(r, DT, c + 1)] * T4[MT_AOFF(r, DT, c + 1)];
+                    for (int cc = c; cc < c + DT; cc += 2) {
+                        e0 += B2[MT_AOFF(r, BW_WB, cc)] * B4[MT_AOFF(r, BW_WB, cc)];
+                        e1 += B2[MT_AOFF(r, BW_WB, cc + 1)] * B4[MT_AOFF(r, BW_WB, cc + 1)];
                     }
                     delta[q] += e0 + e1;
                 }
             }
-        ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
-            const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-            mt_product(s1[m], MT_A(T0, row0, DT, 0), T1 + col0, BLK, DT);
-            if (k > 0)
-                mt_product(s2[m], MT_A(T0, row0, DT, 0), T6 + col0, BLK, DT);
-            mt_product(ap[m], MT_A(T2, row0, DT, 0), T3 + col0, BLK, DT);
+        for (int c = 0; c < n; c += DT) {
+            ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
+                const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
+                mt_product(s1[m], MT_A(B0, row0, BW_WB, c), B1 + c * BLK + col0, BLK, DT);
+                if (k > 0)
+                    mt_product(s2[m], MT_A(B0, row0, BW_WB, c), B6 + c * BLK + col0, BLK, DT);
+                mt_product(ap[m], MT_A(B2, row0, BW_WB, c), B3 + c * BLK + col0, BLK, DT);
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (c0 + DT >= d)
+        if (c0 + BW_WB >= d)
             break;
     }
     for (int q = 0; q < BW_ROWS; ++q) {
@@ -484,44 +536,48 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     barrier(CLK_LOCAL_MEM_FENCE);
 
     /* Phase D2: dKU[T_i] += sc dZ^T QU[T_j], dQU[T_j] += sc dZ KU[T_i], each over the allowed gate
-       entries of its row (s < j', and j' <= s + W for CASTLE-SWL). */
+       entries of its row (s < j', and j' <= s + W for CASTLE-SWL).  Tiles (BW_WD2 columns each, from
+       M5 on, beside dZ and dZt): E0 QU[T_j], E1 KU[T_i], row-major. */
     const bool d2 = gate || first_row || first_col; /* anything to add or to initialise */
-    for (int c0 = 0;; c0 += DT) { /* d >= 1 */
+    __local float *E0 = lm + 5 * BLK * BLK, *E1 = E0 + BLK * BW_WD2; /* QU[T_j], KU[T_i] row-major */
+    for (int c0 = 0;; c0 += BW_WD2) { /* d >= 1 */
+        const int n = min(BW_WD2, dpad - c0);
         if (gate) {
-            stage_tile(T0, pqu, squ.z, s0, L, c0, DT, d, false);
-            stage_tile(T1, pku, sku.z, t0, L, c0, DT, d, false);
+            stage_cols(E0, BW_WD2, pqu, squ.z, s0, L, c0, n, d, false);
+            stage_cols(E1, BW_WD2, pku, sku.z, t0, L, c0, n, d, false);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int m = 0; m < FUPC && d2; ++m) {
-            const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
-            vfloat vk[MT_ACC], vq[MT_ACC];
-            mt_zero(vk);
-            mt_zero(vq);
-            if (gate) {
-                if (W) { /* j' - W <= s < j' */
-                    mt_product_band(vk, sdZ + row0, BLK, T0 + col0, DT, row0, kb - Wb, kb);
-                    mt_product_band(vq, MT_AM(sdZ, sdZt, row0), T1 + col0, DT, row0, 1 - kb, Wb + 1 - kb);
-                } else if (diag) {
-                    mt_product_below(vk, sdZ + row0, BLK, T0 + col0, DT, row0);
-                    mt_product_from(vq, MT_AM(sdZ, sdZt, row0), T1 + col0, DT, row0, 1, 0, false, lane);
-                } else {
-                    mt_product(vk, sdZ + row0, BLK, T0 + col0, DT, BLK);
-                    mt_product(vq, MT_AM(sdZ, sdZt, row0), T1 + col0, DT, BLK);
+        for (int c = 0; c < n && d2; c += DT)
+            for (int m = 0; m < FUPC; ++m) {
+                const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = c + MT_COL0(u, DT);
+                vfloat vk[MT_ACC], vq[MT_ACC];
+                mt_zero(vk);
+                mt_zero(vq);
+                if (gate) {
+                    if (W) { /* j' - W <= s < j' */
+                        mt_product_band(vk, sdZ + row0, BLK, E0 + col0, BW_WD2, row0, kb - Wb, kb);
+                        mt_product_band(vq, MT_AM(sdZ, sdZt, row0), E1 + col0, BW_WD2, row0, 1 - kb, Wb + 1 - kb);
+                    } else if (diag) {
+                        mt_product_below(vk, sdZ + row0, BLK, E0 + col0, BW_WD2, row0);
+                        mt_product_from(vq, MT_AM(sdZ, sdZt, row0), E1 + col0, BW_WD2, row0, 1, 0, false, lane);
+                    } else {
+                        mt_product(vk, sdZ + row0, BLK, E0 + col0, BW_WD2, BLK);
+                        mt_product(vq, MT_AM(sdZ, sdZt, row0), E1 + col0, BW_WD2, BLK);
+                    }
+                }
+                ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
+                    const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
+                    if (gc >= d)
+                        continue;
+                    const int n = min(VW, d - gc);
+                    if (t0 + rr < L && (gate || first_row))
+                        accumulate(dku + tensor_offset(sdku, b, h, t0 + rr) + gc, n, first_row, sc * vk[e]);
+                    if (s0 + rr < L && (gate || first_col))
+                        accumulate(dqu + tensor_offset(sdqu, b, h, s0 + rr) + gc, n, first_col, sc * vq[e]);
                 }
             }
-            ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-                const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
-                if (gc >= d)
-                    continue;
-                const int n = min(VW, d - gc);
-                if (t0 + rr < L && (gate || first_row))
-                    accumulate(dku + tensor_offset(sdku, b, h, t0 + rr) + gc, n, first_row, sc * vk[e]);
-                if (s0 + rr < L && (gate || first_col))
-                    accumulate(dqu + tensor_offset(sdqu, b, h, s0 + rr) + gc, n, first_col, sc * vq[e]);
-            }
-        }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (c0 + DT >= d)
+        if (c0 + BW_WD2 >= d)
             break;
     }
 }

@@ -114,10 +114,14 @@ START_TEST(test_tunings)
         return;
     }
     ck_assert_msg(st == CASTLE_SUCCESS, "%s", castle_last_error());
+    /* d = 100: the backward phases that stage more than dchunk columns per step (cl/backward.cl,
+       BW_WA, BW_WB, BW_WD2) take several steps there, the last one ragged (under the GPU entry 80 + 20
+       columns, 3 x 32 + 4, 96 + 4) */
     static const h_fwd_case cases[] = {
         {2, 2, 70, 33, 0, H_BLHD, 1, 0, 91},
         {1, 2, 130, 64, 5, H_PADDED, 1, 0, 92},
         {2, 1, 9, 16, 1, H_BHLD, 1, 0, 93},
+        {1, 1, 70, 100, 3, H_BHLD, 1, 0, 94},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) {
         h_fwd_out out;
