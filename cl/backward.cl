@@ -34,10 +34,10 @@
    products read (under MT_AM_ROWS, the CPU mappings, a matrix that is only an A operand is read
    row-major instead: MT_AM, common.cl); of the d tiles (stage_tile: vector loads), those that are A operands are staged as
    MT_AT says (row-major when TM = 1).  The gate logits, the scores and the D update are recomputed
-   with the forward's mt_* calls on the same operands (mt_product's even/odd order, DT terms per
-   call whatever a phase stages per step), so where the forward's d chunk is the same (fdchunk =
-   dchunk) P = exp(A - lse) uses exactly the A the forward normalised (P <= 1) and D_j is rolled
-   back by exactly what the forward added; otherwise they differ in rounding, and P is capped at 1.
+   with the forward's mt_* calls on the same operands (mt_product's even/odd order, the forward's
+   FDT terms per call: BW_CA, BW_CB below), so P = exp(A - lse) uses exactly the A the forward
+   normalised (P <= 1) and D_j is rolled back by exactly what the forward added.  (Under a tuning
+   whose fdchunk exceeds what phase A or B holds they differ in rounding, and P is capped at 1.)
    Causally masked entries never enter a product: a contraction stops where its mask does (per row
    of a micro-tile, and per column for dSU^T Y; mt_product_lower, _below, _from), masked results are
    selected, never multiplied by a zero mask, and rows beyond L are zeros in the tiles; so a NaN or
@@ -63,13 +63,31 @@
    tiles, before any matrix is written) has the matrices' area and the tiles' (BW_AREA); phase B
    (seven tiles beside Gt, Yt, G and Y, M0-M3) the area from M4 on; phase D1 (six tiles, all eight
    matrices live) the tiles' area, DT columns; phase D2 (two tiles beside dZ and dZt, M1 and M4) the
-   area from M5 on.  Each is a multiple of DT, at least DT, and every product still takes DT terms
-   per mt_product call in the order of the columns, so a wider step changes no float. */
+   area from M5 on.
+   FDT is the CASTLE forward's d chunk (tuning fdchunk, which host/program.c passes to this family
+   alone): the forward's products over d add FDT terms per mt_product call.  Phases A and B recompute
+   some of them (the gate logits, QC KC^T, QC D^T), so they stage whole multiples of BW_UNIT (DT and
+   FDT, both powers of two) where one fits and sum in FDT-term calls (BW_CA, BW_CB) where their step
+   holds whole ones: then the logits and the scores are bitwise the forward's.  (Where it does not,
+   fdchunk > dchunk beyond what a phase holds, they are summed in DT-term calls, which differ from
+   the forward's in rounding.)  The other products of a phase take the same calls; the rest take DT
+   terms per call, which a wider step does not change. */
+#ifndef FDT
+#error "backward.cl: FDT (the forward's d chunk) comes from the host (-D)"
+#endif
 #define BW_AREA (BW_MATS * BLK * BLK + 7 * BLK * DT)
-#define BW_WIDTH(from, ntiles) ((BW_AREA - (from)) / ((ntiles) * BLK) / DT * DT)
+#define BW_UNIT (FDT > DT ? FDT : DT)
+#define BW_FIT(from, ntiles, u) ((BW_AREA - (from)) / ((ntiles) * BLK) / (u) * (u))
+#define BW_WIDTH(from, ntiles) \
+    (BW_FIT(from, ntiles, BW_UNIT) > 0 ? BW_FIT(from, ntiles, BW_UNIT) : BW_FIT(from, ntiles, DT))
 #define BW_WA BW_WIDTH(0, 4)
 #define BW_WB BW_WIDTH(4 * BLK * BLK, 7)
-#define BW_WD2 BW_WIDTH(5 * BLK * BLK, 2)
+#define BW_WD2 BW_FIT(5 * BLK * BLK, 2, DT)
+#define BW_CHUNK(w) ((w) % FDT == 0 ? FDT : DT)
+#define BW_CA BW_CHUNK(BW_WA)
+#define BW_CB BW_CHUNK(BW_WB)
+/* The columns of d a phase's steps cover: d rounded up to its chunk and to DT (zeros beyond d). */
+#define BW_PAD(c) ((d + CASTLE_LM_MAX_((c), DT) - 1) / CASTLE_LM_MAX_((c), DT) * CASTLE_LM_MAX_((c), DT))
 
 /* Columns [c0, c0 + n) of rows [row0, row0 + BLK) of a row-major matrix into a tile laid out w
    columns wide (n <= w): k-major (t[c * BLK + r]) when trans, else row-major with row stride w.
@@ -199,16 +217,15 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     prefetch_rows(Dsrc_lo, (ulong)d, s0, k > 0 ? L : 0, d);
 
     /* Phase A: the gate logits QU[T_j] KU[T_i]^T (the forward's KU[T_i] QU[T_j]^T transposed: the same
-       products summed in the same order, so the same floats where fdchunk = dchunk) and, in gv until the logits are
+       products summed in the same order, BW_CA terms per call, so the same floats) and, in gv until the logits are
        done, the dD_j VU[T_i]^T part of dG (dD_j: the gradient of D_j^(k+1), 0 at the first touch);
        then G, Gt, Y and Yt (Y: the forward's masked X block, row-major (t, j') in the workspace).
        Tiles (BW_WA columns each, in the whole area: lm on): the A operands A0 QU[T_j] and A2 dD_j as
        MT_AT says, the B operands A1 KU[T_i] and A3 VU[T_i] k-major. */
-    const int dpad = (d + DT - 1) / DT * DT; /* the columns a step stages: at most the step's width */
     {
         __local float *A0 = lm, *A1 = A0 + BLK * BW_WA, *A2 = A1 + BLK * BW_WA, *A3 = A2 + BLK * BW_WA;
         for (int c0 = 0;; c0 += BW_WA) { /* d >= 1 */
-            const int n = min(BW_WA, dpad - c0);
+            const int n = min(BW_WA, BW_PAD(BW_CA) - c0); /* the columns this step stages */
             if (gate) {
                 stage_cols_a(A0, BW_WA, xqu, pqu, squ.z, j, L, c0, n, d);
                 stage_tile_t(A1, BLK, xku, i, c0, n, d);
@@ -219,12 +236,12 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             if (gate)
-                for (int c = 0; c < n; c += DT) /* DT terms per call, as with DT-wide steps */
+                for (int c = 0; c < n; c += BW_CA) /* the forward's terms per call */
                     ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
                         const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-                        mt_product(g[m], MT_A(A0, row0, BW_WA, c), A1 + c * BLK + col0, BLK, DT);
+                        mt_product(g[m], MT_A(A0, row0, BW_WA, c), A1 + c * BLK + col0, BLK, BW_CA);
                         if (!first_col)
-                            mt_product(gv[m], MT_A(A2, row0, BW_WA, c), A3 + c * BLK + col0, BLK, DT);
+                            mt_product(gv[m], MT_A(A2, row0, BW_WA, c), A3 + c * BLK + col0, BLK, BW_CA);
                     }
             barrier(CLK_LOCAL_MEM_FENCE);
             if (c0 + BW_WA >= d)
@@ -264,7 +281,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __local float *B0 = lm + 4 * BLK * BLK, *B1 = B0 + BLK * BW_WB, *B2 = B1 + BLK * BW_WB, *B3 = B2 + BLK * BW_WB;
     __local float *B4 = B3 + BLK * BW_WB, *B5 = B4 + BLK * BW_WB, *B6 = B5 + BLK * BW_WB;
     for (int c0 = 0;; c0 += BW_WB) { /* d >= 1 */
-        const int n = min(BW_WB, dpad - c0);
+        const int n = min(BW_WB, BW_PAD(BW_CB) - c0);
         stage_cols_a(B0, BW_WB, xqc, pqc, sqc.z, i, L, c0, n, d);
         stage_tile_t(B1, BLK, xkc, j, c0, n, d);
         stage_cols_a(B2, BW_WB, xdo, pdo, sdo.z, i, L, c0, n, d);
@@ -275,7 +292,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             stage_cols(B5, BW_WB, pvu, svu.z, t0, L, c0, n, d, false);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k > 0)
-            for (int c = 0; c < n; c += DT)
+            for (int c = 0; c < n; c += DT) /* the micro-tiles of each BLK x DT slab */
                 ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat dv[MT_ACC];
@@ -302,25 +319,25 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 }
         /* global fence too: phase D1 reads W rows other work-items wrote */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        if (first_row) /* in mt_product's order: even and odd c apart, then added, DT at a time */
+        if (first_row) /* in mt_product's order: even and odd c apart, then added, BW_CB at a time */
             for (int q = 0; q < BW_ROWS; ++q) {
                 const int r = lid + q * NT;
-                for (int c = 0; c < n && r < BLK; c += DT) {
+                for (int c = 0; c < n && r < BLK; c += BW_CB) {
                     float e0 = 0.0f, e1 = 0.0f;
-                    for (int cc = c; cc < c + DT; cc += 2) {
+                    for (int cc = c; cc < c + BW_CB; cc += 2) {
                         e0 += B2[MT_AOFF(r, BW_WB, cc)] * B4[MT_AOFF(r, BW_WB, cc)];
                         e1 += B2[MT_AOFF(r, BW_WB, cc + 1)] * B4[MT_AOFF(r, BW_WB, cc + 1)];
                     }
                     delta[q] += e0 + e1;
                 }
             }
-        for (int c = 0; c < n; c += DT) {
+        for (int c = 0; c < n; c += BW_CB) { /* the forward's terms per call */
             ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-                mt_product(s1[m], MT_A(B0, row0, BW_WB, c), B1 + c * BLK + col0, BLK, DT);
+                mt_product(s1[m], MT_A(B0, row0, BW_WB, c), B1 + c * BLK + col0, BLK, BW_CB);
                 if (k > 0)
-                    mt_product(s2[m], MT_A(B0, row0, BW_WB, c), B6 + c * BLK + col0, BLK, DT);
-                mt_product(ap[m], MT_A(B2, row0, BW_WB, c), B3 + c * BLK + col0, BLK, DT);
+                    mt_product(s2[m], MT_A(B0, row0, BW_WB, c), B6 + c * BLK + col0, BLK, BW_CB);
+                mt_product(ap[m], MT_A(B2, row0, BW_WB, c), B3 + c * BLK + col0, BLK, BW_CB);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -541,7 +558,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     const bool d2 = gate || first_row || first_col; /* anything to add or to initialise */
     __local float *E0 = lm + 5 * BLK * BLK, *E1 = E0 + BLK * BW_WD2; /* QU[T_j], KU[T_i] row-major */
     for (int c0 = 0;; c0 += BW_WD2) { /* d >= 1 */
-        const int n = min(BW_WD2, dpad - c0);
+        const int n = min(BW_WD2, BW_PAD(DT) - c0);
         if (gate) {
             stage_cols(E0, BW_WD2, pqu, squ.z, s0, L, c0, n, d, false);
             stage_cols(E1, BW_WD2, pku, sku.z, t0, L, c0, n, d, false);

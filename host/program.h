@@ -43,7 +43,9 @@ castle_status castle__get_kernel(castle_context *ctx, castle_family f, size_t d,
    other program serves every d (CASTLE_MAX_HEAD_DIM). */
 int castle__head_dim_class(castle_family f, const castle_tuning *t, size_t d);
 /* The assembled program source and build options of family f under t for head-dimension class
-   dclass (malloc'd; caller frees). */
+   dclass (malloc'd; caller frees): one -D option per kernel macro of CASTLE_TUNING_PARAMS, and for
+   CASTLE_FAMILY_BACKWARD also -DFDT (t's fdchunk: cl/backward.cl recomputes the forward's products
+   in the forward's chunks of d). */
 castle_status castle__program_source(castle_family f, const castle_tuning *t, int dclass, char **source,
                                      char **options);
 /* The tuning family f's kernels run under: t, with the CASTLE backward's own work-group size and

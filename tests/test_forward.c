@@ -214,6 +214,39 @@ START_TEST(test_fold_equals_wavefront)
 }
 END_TEST
 
+/* The backward recomputes the forward's products over d (gate logits, QC KC^T, QC D^T) in the
+   forward's chunks of d (fdchunk; cl/backward.cl, BW_CA and BW_CB), whatever its own dchunk, so that
+   they are bitwise the forward's.  Every other sum of the backward is over the rows of a block, or
+   chunked the same way, so under one fdchunk two tunings that differ in dchunk alone give bitwise the
+   same gradients (a backward that summed by dchunk gives different roundings).  Block 16, so that
+   both fit 32 KiB of local memory; d = 33 and 64, CASTLE and CASTLE-SWL. */
+START_TEST(test_backward_follows_forward_chunks)
+{
+    static const castle_tuning pair[2] = {
+        TUNING(.block = 16, .threads = 16, .dchunk = 8, .vector = 4, .tm = 2, .tn = 1, .fthreads = 16, .fdchunk = 16),
+        TUNING(.block = 16, .threads = 16, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .fthreads = 16, .fdchunk = 16),
+    };
+    const h_fwd_case c = {1, 2, 70, _i ? 64 : 33, _i ? 5 : 0, H_BHLD, 1, 0, 131};
+    h_fwd_out out[2];
+    for (int t = 0; t < 2; ++t) {
+        castle_context *ctx = NULL;
+        ck_assert(castle_context_create_default(NULL, &ctx) == CASTLE_SUCCESS);
+        ck_assert_msg(castle_context_set_tuning(ctx, &pair[t]) == CASTLE_SUCCESS, "%s", castle_last_error());
+        ck_assert_msg(h_run_backward(ctx, castle_context_queue(ctx), &c, H_GRAD_NONE, true, &out[t]) == CASTLE_SUCCESS,
+                      "%s", castle_last_error());
+        ck_assert(out[t].guards_ok && out[t].finite);
+        castle_context_destroy(ctx);
+    }
+    const size_t n = c.B * c.H * c.L * c.d;
+    ck_assert_msg(!memcmp(out[0].o, out[1].o, n * sizeof(float)), "the forward differs (same fthreads, fdchunk)");
+    for (int k = 0; k < 6; ++k)
+        ck_assert_msg(!memcmp(out[0].grad[k], out[1].grad[k], n * sizeof(float)),
+                      "d = %zu: gradient %d differs between dchunk 8 and 16 under fdchunk 16", c.d, k);
+    h_fwd_out_free(&out[0]);
+    h_fwd_out_free(&out[1]);
+}
+END_TEST
+
 Suite *forward_suite(void)
 {
     Suite *s = suite_create("forward");
@@ -235,6 +268,7 @@ Suite *forward_suite(void)
     tcase_set_timeout(tc, 1200);
     tcase_add_loop_test(tc, test_tunings, 0, (int)(sizeof tunings / sizeof tunings[0]));
     tcase_add_loop_test(tc, test_fold_equals_wavefront, 0, 2);
+    tcase_add_loop_test(tc, test_backward_follows_forward_chunks, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("nonfinite");
     tcase_set_tags(tc, "variants"); /* tests/CMakeLists.txt: castle_variants */

@@ -29,7 +29,8 @@
 # toolkit); PTX_CLANG, PTX_LIBCLC and PTXAS name them where they are elsewhere.  The program of a
 # family is assembled as the library assembles it (host/program.c): cl/local_memory.h,
 # cl/common.cl, then the family's file, with one -D option per parameter of castle.h's
-# CASTLE_TUNING_PARAMS (the backward family under bthreads and btm as threads and tm).
+# CASTLE_TUNING_PARAMS (the backward family under bthreads and btm as threads and tm, and with
+# -DFDT, the forward's fdchunk).
 set -euo pipefail
 usage() { # [status]: 0 to stdout (--help), else to stderr
     local status=${1:-2}
@@ -138,6 +139,7 @@ else
             fi
             opts+=("-D$macro=$v")
         done
+        [ "$family" = backward ] && opts+=("-DFDT=$(value fdchunk)") # as host/program.c passes it
         dclass=$maxd
         if [ "$(value accum)" = 2 ] && { [ "$family" = causal ] || [ "$family" = cache ]; }; then
             dclass=$class
