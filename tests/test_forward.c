@@ -115,7 +115,7 @@ START_TEST(test_tunings)
     }
     ck_assert_msg(st == CASTLE_SUCCESS, "%s", castle_last_error());
     /* d = 100: the backward phases that stage more than dchunk columns per step (cl/backward.cl,
-       BW_WA, BW_WB, BW_WD2) take several steps there, the last one ragged (under the GPU entry 80 + 20
+       BW_WA, BW_WB, BW_WD2) take several steps there, the last one ragged (under the GPU entry 64 + 36
        columns, 3 x 32 + 4, 96 + 4) */
     static const h_fwd_case cases[] = {
         {2, 2, 70, 33, 0, H_BLHD, 1, 0, 91},
