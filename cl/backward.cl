@@ -64,8 +64,8 @@
    (seven tiles beside Gt, Yt, G and Y, M0-M3) the area from M4 on; phase D1 (six tiles, all eight
    matrices live) the tiles' area, DT columns; phase D2 (two tiles beside dZ and dZt, M1 and M4) the
    area from M5 on.
-   FDT is the CASTLE forward's d chunk (tuning fdchunk, which host/program.c passes to this family
-   alone): the forward's products over d add FDT terms per mt_product call.  Phases A and B recompute
+   FDT is the CASTLE forward's d chunk (tuning fdchunk, a -D option of every family's program; this
+   one's DT is the backward's dchunk): the forward's products over d add FDT terms per mt_product call.  Phases A and B recompute
    some of them (the gate logits, QC KC^T, QC D^T), so they stage whole multiples of BW_UNIT (DT and
    FDT, both powers of two) where one fits and sum in FDT-term calls (BW_CA, BW_CB) where their step
    holds whole ones: then the logits and the scores are bitwise the forward's.  (Where it does not,
@@ -73,7 +73,7 @@
    the forward's in rounding.)  The other products of a phase take the same calls; the rest take DT
    terms per call, which a wider step does not change. */
 #ifndef FDT
-#error "backward.cl: FDT (the forward's d chunk) comes from the host (-D)"
+#error "backward.cl: FDT (the forward's d chunk, tuning fdchunk) comes from the host (-D)"
 #endif
 #define BW_AREA (BW_MATS * BLK * BLK + 7 * BLK * DT)
 #define BW_UNIT (FDT > DT ? FDT : DT)
@@ -88,30 +88,6 @@
 #define BW_CB BW_CHUNK(BW_WB)
 /* The columns of d a phase's steps cover: d rounded up to its chunk and to DT (zeros beyond d). */
 #define BW_PAD(c) ((d + CASTLE_LM_MAX_((c), DT) - 1) / CASTLE_LM_MAX_((c), DT) * CASTLE_LM_MAX_((c), DT))
-
-/* Columns [c0, c0 + n) of rows [row0, row0 + BLK) of a row-major matrix into a tile laid out w
-   columns wide (n <= w): k-major (t[c * BLK + r]) when trans, else row-major with row stride w.
-   The layout is fixed by the phase (w a constant), the columns staged by d. */
-__attribute__((always_inline)) inline void stage_cols(__local float *t, const int w, __global const float *p,
-                                                      ulong rs, int row0, int nrows, int c0, int n, int d,
-                                                      const bool trans)
-{
-    if (trans)
-        copy_tile(t, 1, BLK, p, rs, row0, nrows, c0, n, d);
-    else
-        copy_tile(t, w, 1, p, rs, row0, nrows, c0, n, d);
-}
-
-/* stage_tile_a's tile (block nb, its block-transposed copy xt or the tensor x) in stage_cols's way. */
-__attribute__((always_inline)) inline void stage_cols_a(__local float *t, const int w, __global const float *xt,
-                                                        __global const float *x, ulong rs, int nb, int nrows,
-                                                        int c0, int n, int d)
-{
-    if (MT_AT)
-        stage_tile_t(t, BLK, xt, nb, c0, n, d);
-    else
-        copy_tile(t, w, 1, x, rs, nb * BLK, nrows, c0, n, d);
-}
 
 /* SiLU'(x) from g = sigmoid(x), the value castle_silu_v(x) = x g is computed from (one exp for both). */
 inline vfloat castle_silu_grad_g(vfloat x, vfloat g) { return g * ((vfloat)(1.0f) + x * ((vfloat)(1.0f) - g)); }
@@ -227,10 +203,10 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         for (int c0 = 0;; c0 += BW_WA) { /* d >= 1 */
             const int n = min(BW_WA, BW_PAD(BW_CA) - c0); /* the columns this step stages */
             if (gate) {
-                stage_cols_a(A0, BW_WA, xqu, pqu, squ.z, j, L, c0, n, d);
+                stage_cols_a(A0, BLK, BW_WA, xqu, pqu, squ.z, j, L, c0, n, d);
                 stage_tile_t(A1, BLK, xku, i, c0, n, d);
                 if (!first_col) {
-                    stage_cols(A2, BW_WA, dD, (ulong)d, s0, L, c0, n, d, MT_AT);
+                    stage_cols(A2, BLK, BW_WA, dD, (ulong)d, s0, L, c0, n, d, MT_AT);
                     stage_tile_t(A3, BLK, xvu, i, c0, n, d);
                 }
             }
@@ -282,14 +258,14 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __local float *B4 = B3 + BLK * BW_WB, *B5 = B4 + BLK * BW_WB, *B6 = B5 + BLK * BW_WB;
     for (int c0 = 0;; c0 += BW_WB) { /* d >= 1 */
         const int n = min(BW_WB, BW_PAD(BW_CB) - c0);
-        stage_cols_a(B0, BW_WB, xqc, pqc, sqc.z, i, L, c0, n, d);
+        stage_cols_a(B0, BLK, BW_WB, xqc, pqc, sqc.z, i, L, c0, n, d);
         stage_tile_t(B1, BLK, xkc, j, c0, n, d);
-        stage_cols_a(B2, BW_WB, xdo, pdo, sdo.z, i, L, c0, n, d);
+        stage_cols_a(B2, BLK, BW_WB, xdo, pdo, sdo.z, i, L, c0, n, d);
         stage_tile_t(B3, BLK, xvc, j, c0, n, d);
         if (first_row) /* O, for Delta (read by the row's first pair only: staged from O itself) */
-            stage_cols(B4, BW_WB, po, so.z, t0, L, c0, n, d, MT_AT);
+            stage_cols(B4, BLK, BW_WB, po, so.z, t0, L, c0, n, d, MT_AT);
         if (gate && k > 0)
-            stage_cols(B5, BW_WB, pvu, svu.z, t0, L, c0, n, d, false);
+            stage_cols(B5, BLK, BW_WB, pvu, svu.z, t0, L, c0, n, d, false);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k > 0)
             for (int c = 0; c < n; c += DT) /* the micro-tiles of each BLK x DT slab */
@@ -560,8 +536,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     for (int c0 = 0;; c0 += BW_WD2) { /* d >= 1 */
         const int n = min(BW_WD2, BW_PAD(DT) - c0);
         if (gate) {
-            stage_cols(E0, BW_WD2, pqu, squ.z, s0, L, c0, n, d, false);
-            stage_cols(E1, BW_WD2, pku, sku.z, t0, L, c0, n, d, false);
+            stage_cols(E0, BLK, BW_WD2, pqu, squ.z, s0, L, c0, n, d, false);
+            stage_cols(E1, BLK, BW_WD2, pku, sku.z, t0, L, c0, n, d, false);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int c = 0; c < n && d2; c += DT)

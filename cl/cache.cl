@@ -120,7 +120,7 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
         for (int m = 0; m < FUPT; ++m)
             mt_zero(gl[m]);
         for (int c0 = 0; c0 < d; c0 += DT) {
-            stage_tile_a(tQU, KS, tcopy(ws, ws_t, CASTLE_T_QU, bh, Lpad, d), pqu, squ.z, sb, P, c0, DT, d);
+            stage_cols_a(tQU, KS, DT, tcopy(ws, ws_t, CASTLE_T_QU, bh, Lpad, d), pqu, squ.z, sb, P, c0, DT, d);
             stage_tile_t(tKU, KS, tcopy(ws, ws_t, CASTLE_T_KU, bh, Lpad, d), jb, c0, DT, d);
             barrier(CLK_LOCAL_MEM_FENCE);
             #pragma unroll

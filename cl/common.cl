@@ -106,7 +106,7 @@ inline void gstore4(const float4 v, const size_t q, __global float *p, const boo
 #define gstore4(v, q, p, al) ((void)(al), vstore4((v), (q), (p)))
 #endif
 
-#define KS (BLK + 4)    /* padded, vector-aligned row stride of a k-major BLK x DT tile (stage_tile_ks) */
+#define KS (BLK + 4)    /* padded, vector-aligned row stride of a k-major BLK x DT tile (stage_cols) */
 
 /* Dot products accumulate in VW-wide vectors and are summed across lanes once: explicit SIMD for
    CPU devices, whose compilers may not reorder a scalar float reduction; VW = 1 is plain scalar
@@ -417,7 +417,7 @@ __attribute__((always_inline)) inline void mt_product_lower(vfloat *acc, __local
    one row per micro-tile (TM = 1, e.g. a derived CPU tuning) a step reads one value, and the tile is staged as it
    lies in memory (t[r * w + c]: a vector copy per VW floats instead of a transposition, which on PoCL
    cost as much as the products).  MT_AOFF is the offset of entry (r, c), MT_A the (pointer, stride)
-   pair of mt_product's a and as; the _KS forms are for a tile staged by stage_tile_ks(.., ks, ..,
+   pair of mt_product's a and as; the _KS forms are for a tile staged by stage_cols(.., ks, w, ..,
    MT_AT), k-major with row stride ks. */
 #if TM == 1
 #define MT_AT false
@@ -691,25 +691,28 @@ __attribute__((always_inline)) inline void copy_tile(__local float *t, const int
     }
 }
 
-/* A BLK x w tile, k-major with row stride ks (t[c * ks + r], trans: VW consecutive rows of a column
-   then load as one vector) or row-major (t[r * w + c]).  A k-major tile is written by transposing
+/* Columns [c0, c0 + n) of rows [row0, row0 + BLK) of a row-major matrix into a tile laid out w
+   columns wide (n <= w, both multiples of VW): k-major with row stride ks (t[c * ks + r], trans: VW
+   consecutive rows of a column then load as one vector) or row-major (t[r * w + c]).  The layout is
+   the phase's (ks and w constants), the columns staged the step's (the CASTLE backward's phases stage
+   the last, ragged step of d narrower than their layout).  A k-major tile is written by transposing
    stores, consecutive work-items ks floats apart: with ks = BLK (a multiple of 32) a warp's stores fall
    in one or two of a GPU's 32 local-memory banks, with ks = KS = BLK + 4 they spread over the banks. */
-__attribute__((always_inline)) inline void stage_tile_ks(__local float *t, const int ks, __global const float *p,
-                                                         ulong rs, int row0, int nrows, int c0, int w, int d,
-                                                         const bool trans)
+__attribute__((always_inline)) inline void stage_cols(__local float *t, const int ks, const int w,
+                                                      __global const float *p, ulong rs, int row0, int nrows,
+                                                      int c0, int n, int d, const bool trans)
 {
     if (trans)
-        copy_tile(t, 1, ks, p, rs, row0, nrows, c0, w, d);
+        copy_tile(t, 1, ks, p, rs, row0, nrows, c0, n, d);
     else
-        copy_tile(t, w, 1, p, rs, row0, nrows, c0, w, d);
+        copy_tile(t, w, 1, p, rs, row0, nrows, c0, n, d);
 }
 
-/* stage_tile_ks with the unpadded k-major stride BLK. */
+/* A BLK x w tile, all w columns staged, with the unpadded k-major stride BLK. */
 inline void stage_tile(__local float *t, __global const float *p, ulong rs, int row0, int nrows, int c0, int w,
                        int d, const bool trans)
 {
-    stage_tile_ks(t, BLK, p, rs, row0, nrows, c0, w, d, trans);
+    stage_cols(t, BLK, w, p, rs, row0, nrows, c0, w, d, trans);
 }
 
 /* Element offset of (batch b, head h, row r) for strides s = (batch, head, row, unused). */
@@ -759,16 +762,17 @@ __attribute__((always_inline)) inline void stage_tile_t(__local float *t, const 
     }
 }
 
-/* An A operand's tile of rows block n: k-major from its block-transposed copy xt when MT_AT, else
-   row-major (t[r * w + c]) from the tensor x itself (row stride rs, nrows rows). */
-__attribute__((always_inline)) inline void stage_tile_a(__local float *t, const int ks, __global const float *xt,
-                                                        __global const float *x, ulong rs, int n, int nrows,
-                                                        int c0, int w, int d)
+/* Columns [c0, c0 + n) of an A operand's tile of rows block nb, laid out as stage_cols lays it:
+   k-major (row stride ks) from its block-transposed copy xt when MT_AT, else row-major (t[r * w + c])
+   from the tensor x itself (row stride rs, nrows rows). */
+__attribute__((always_inline)) inline void stage_cols_a(__local float *t, const int ks, const int w,
+                                                        __global const float *xt, __global const float *x,
+                                                        ulong rs, int nb, int nrows, int c0, int n, int d)
 {
     if (MT_AT)
-        stage_tile_t(t, ks, xt, n, c0, w, d);
+        stage_tile_t(t, ks, xt, nb, c0, n, d);
     else
-        copy_tile(t, w, 1, x, rs, n * BLK, nrows, c0, w, d);
+        copy_tile(t, w, 1, x, rs, nb * BLK, nrows, c0, n, d);
 }
 
 /* Work-group (n + N q, bh) writes block n of the block-transposed copy of input xq (x0 .. x3; a

@@ -97,14 +97,14 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
     __local float *tQC = lm, *tKU = lm + KS * DT, *tKC = lm + 2 * KS * DT; /* k-major: [c * KS + row] */
     __local float *tDV = lm + 3 * KS * DT, *tQU = lm + 4 * KS * DT;          /* tDV: D_j or VU[T_i] */
     for (int c0 = 0; c0 < d; c0 += DT) {
-        stage_tile_a(tQC, KS, xqc, pqc, sqc.z, i, L, c0, DT, d);
+        stage_cols_a(tQC, KS, DT, xqc, pqc, sqc.z, i, L, c0, DT, d);
         stage_tile_t(tKC, KS, xkc, j, c0, DT, d);
         if (need_d)
-            stage_tile_ks(tDV, KS, D, (ulong)d, s0, L, c0, DT, d, true);
+            stage_cols(tDV, KS, DT, D, (ulong)d, s0, L, c0, DT, d, true);
         else if (need_x)
-            stage_tile_ks(tDV, KS, pvu, svu.z, t0, L, c0, DT, d, true);
+            stage_cols(tDV, KS, DT, pvu, svu.z, t0, L, c0, DT, d, true);
         if (gate) { /* KU[T_i] the A operand, QU[T_j] the B one */
-            stage_tile_a(tKU, KS, xku, pku, sku.z, i, L, c0, DT, d);
+            stage_cols_a(tKU, KS, DT, xku, pku, sku.z, i, L, c0, DT, d);
             stage_tile_t(tQU, KS, xqu, j, c0, DT, d);
         }
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -123,10 +123,6 @@ castle_status castle__program_source(castle_family f, const castle_tuning *tunin
         if (p->macro)
             used += (size_t)snprintf(opt + used, OPT_BYTES - used, " -D%s=%u", p->macro, castle__tuning_get(t, p));
     }
-    /* the CASTLE backward recomputes products of the forward, in the forward's chunks of d
-       (cl/backward.cl, FDT); no other family takes it, so their programs stay as they are */
-    if (f == CASTLE_FAMILY_BACKWARD)
-        used += (size_t)snprintf(opt + used, OPT_BYTES - used, " -DFDT=%u", t->fdchunk);
     /* then the constants the kernels share with the host (defined once, in C) */
     snprintf(opt + used, OPT_BYTES - used,
              " -DCASTLE_MAX_HEAD_DIM=%d -DCASTLE_HEAD_DIM_CLASS=%d -DCASTLE_DECODE_ROWS=%d -DCASTLE_DECODE_GROUP=%d",

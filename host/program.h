@@ -43,15 +43,14 @@ castle_status castle__get_kernel(castle_context *ctx, castle_family f, size_t d,
    other program serves every d (CASTLE_MAX_HEAD_DIM). */
 int castle__head_dim_class(castle_family f, const castle_tuning *t, size_t d);
 /* The assembled program source and build options of family f under t for head-dimension class
-   dclass (malloc'd; caller frees): one -D option per kernel macro of CASTLE_TUNING_PARAMS, and for
-   CASTLE_FAMILY_BACKWARD also -DFDT (t's fdchunk: cl/backward.cl recomputes the forward's products
-   in the forward's chunks of d). */
+   dclass (malloc'd; caller frees): one -D option per kernel macro of CASTLE_TUNING_PARAMS, with the
+   values of castle__family_tuning(f, t). */
 castle_status castle__program_source(castle_family f, const castle_tuning *t, int dclass, char **source,
                                      char **options);
 /* The tuning family f's kernels run under: t, with the CASTLE backward's own work-group size and
    micro-tile rows (bthreads, btm) as threads and tm for CASTLE_FAMILY_BACKWARD, and the CASTLE
    forward's own work-group size and d chunk (fthreads, fdchunk) as threads and dchunk for
-   CASTLE_FAMILY_FORWARD. */
+   CASTLE_FAMILY_FORWARD (tools/ptx-report.sh assembles the programs the same way). */
 castle_tuning castle__family_tuning(castle_family f, const castle_tuning *t);
 
 /* Embedded .cl sources (generated at build time). */

@@ -29,8 +29,8 @@
 # toolkit); PTX_CLANG, PTX_LIBCLC and PTXAS name them where they are elsewhere.  The program of a
 # family is assembled as the library assembles it (host/program.c): cl/local_memory.h,
 # cl/common.cl, then the family's file, with one -D option per parameter of castle.h's
-# CASTLE_TUNING_PARAMS (the backward family under bthreads and btm as threads and tm, and with
-# -DFDT, the forward's fdchunk).
+# CASTLE_TUNING_PARAMS (the backward family under bthreads and btm as threads and tm, the forward
+# under fthreads and fdchunk as threads and dchunk).
 set -euo pipefail
 usage() { # [status]: 0 to stdout (--help), else to stderr
     local status=${1:-2}
@@ -133,13 +133,15 @@ else
         for p in "${params[@]}"; do
             name=${p% *} macro=${p#* }
             v=$(value "$name")
-            if [ "$family" = backward ]; then
-                [ "$name" = threads ] && v=$(value bthreads)
-                [ "$name" = tm ] && v=$(value btm)
-            fi
+            # the family's own parameters, as host/program.c's castle__family_tuning gives them
+            case $family/$name in
+            backward/threads) v=$(value bthreads) ;;
+            backward/tm) v=$(value btm) ;;
+            forward/threads) v=$(value fthreads) ;;
+            forward/dchunk) v=$(value fdchunk) ;;
+            esac
             opts+=("-D$macro=$v")
         done
-        [ "$family" = backward ] && opts+=("-DFDT=$(value fdchunk)") # as host/program.c passes it
         dclass=$maxd
         if [ "$(value accum)" = 2 ] && { [ "$family" = causal ] || [ "$family" = cache ]; }; then
             dclass=$class

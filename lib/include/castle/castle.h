@@ -206,8 +206,9 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
       "and the CASTLE backward's micro-tile loops unrolled too (GPUs) (0: as decode)")                    \
     X(fthreads, NULL, 8, 1024, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                  \
       "work-items per work-group of the CASTLE forward's kernels (0: threads)")                             \
-    X(fdchunk, NULL, 4, 64, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                     \
-      "columns of d the CASTLE forward's kernels stage through local memory per step (0: dchunk)")
+    X(fdchunk, "FDT", 4, 64, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                    \
+      "columns of d the CASTLE forward's kernels stage through local memory per step, and the CASTLE "     \
+      "backward's chunks where it recomputes the forward's products (0: dchunk)")
 typedef struct castle_tuning {
     size_t struct_size; /* sizeof(castle_tuning); castle_context_get_tuning sets it */
 #define CASTLE_TUNING_FIELD_(field, macro, lo, hi, flags, help) unsigned field;
