@@ -3,7 +3,8 @@
 # of cl/ that cannot build (every barrier() renamed to an undeclared function): the steps of the
 # built kernels pass and land in summary.txt (block kernels in two rounds, each launch's JSON,
 # decode, and PyTorch's anchors where torch is importable), those of the broken set fail and are
-# reported, exit status 1; under --pack only summary.txt and gpu-session.tgz are left, the archive
+# reported, exit status 1; a --tuning set (fold=0: the same programs, launched per anti-diagonal)
+# is timed and listed in summary.txt; under --pack only summary.txt and gpu-session.tgz are left, the archive
 # holding every step's file and the caches; --prepare writes a revision's cl/ (where git can); bad
 # usage exits 2.
 # usage: gpu_session.sh SOURCE_DIR CASTLE_BENCH
@@ -16,12 +17,12 @@ cp -r "$root/cl" "$tmp/broken"
 sed -i '1i #define barrier castle_no_such_function' "$tmp/broken/common.cl"
 mkdir -p "$tmp/out"
 echo keep >"$tmp/out/other.txt" # a file of someone else's in OUT: --pack leaves it alone
-out=$(CASTLE_TOOLS=$(dirname "$2") OUT=$tmp/out bash "$tool" --before "$tmp/broken" --L 32 --t 64 --batch 1 \
+out=$(CASTLE_TOOLS=$(dirname "$2") OUT=$tmp/out bash "$tool" --before "$tmp/broken" --tuning fold=0 --L 32 --t 64 --batch 1 \
     --heads 1 --pack 2>&1)
 rc=$?
 [ "$rc" -eq 1 ] || fail "exit status $rc, expected 1:
 $out"
-for s in info bench_now_1 bench_now_2 launches decode; do
+for s in info bench_now_1 bench_now_2 launches decode bench_t1_1 bench_t1_2 decode_t1; do
     grep -q "^-- $s: ok in " <<<"$out" || fail "step $s did not pass:
 $out"
 done
@@ -38,12 +39,13 @@ mkdir "$tmp/unpacked" && tar -xzf "$tmp/out/gpu-session.tgz" -C "$tmp/unpacked" 
 cmp -s "$tmp/out/summary.txt" "$tmp/unpacked/summary.txt" || fail "the packed summary.txt differs"
 sum=$tmp/unpacked/summary.txt
 for w in "op=forward impl=castle .* step=bench_now_1" "op=backward impl=causal .* step=bench_now_2" \
-    "op=decode impl=swl .*t=64 .* step=decode"; do
+    "op=decode impl=swl .*t=64 .* step=decode" "set=t1 tuning=fold=0" "op=backward impl=castle .* step=bench_t1_2"; do
     grep -q "^$w\$" "$sum" || fail "summary.txt has no line '$w':
 $(cat "$sum")"
 done
 ! grep -q "step=bench_before" "$sum" || fail "summary.txt has lines of the broken set"
 grep -q '"launch_ms"' "$tmp/unpacked/launches.txt" || fail "launches.txt has no per-launch times"
+grep -qx "t1 fold=0" "$tmp/unpacked/tunings.txt" || fail "tunings.txt does not list the --tuning set"
 if python3 -c "import torch" 2>/dev/null; then # PyTorch's anchors (tools/torch-anchors.py) at the same shape
     grep -q "^-- anchors: ok in " <<<"$out" || fail "step anchors did not pass:
 $out"
@@ -60,7 +62,7 @@ if git -C "$root" rev-parse --verify -q HEAD >/dev/null; then
     [ -f "$tmp/prep/common.cl" ] && [ -f "$tmp/prep/forward.cl" ] || fail "--prepare HEAD wrote no cl/ copy"
 fi
 bash "$tool" --help | grep -q "^usage: tools/gpu-session.sh" || fail "--help prints no usage"
-for args in "--L x" "--L 0" "--before $tmp/none" "--bogus" "--prepare" "--budget"; do
+for args in "--L x" "--L 0" "--before $tmp/none" "--bogus" "--prepare" "--budget" "--tuning"; do
     # shellcheck disable=SC2086
     bash "$tool" $args >/dev/null 2>&1
     rc=$?

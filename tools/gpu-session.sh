@@ -8,9 +8,13 @@
 # tools/ptx-report.sh --from-cache.  Every step has a time limit; a step that fails or times out is
 # reported and the next one runs.
 #
-# usage: tools/gpu-session.sh [--before DIR] [--L N] [--t N] [--batch N] [--heads N] [--budget S] [--pack]
+# usage: tools/gpu-session.sh [--before DIR] [--tuning T]... [--L N] [--t N] [--batch N] [--heads N]
+#                              [--budget S] [--pack]
 #   --before DIR  a copy of an earlier cl/ (tools/gpu-session.sh --prepare REV makes one) to time
 #                 against the built kernels, alternating, in the same run
+#   --tuning T    also time the built kernels under tuning T (CASTLE_TUNING's syntax; missing keys
+#                 keep the device's entry), alternating with the others; repeatable: the sets t1,
+#                 t2, ... in the order given, listed in tunings.txt
 #   --L N, --t N  sequence length of the block kernels (4096) and cache length of decode (32768)
 #   --batch N, --heads N  batch entries and heads (2, 16: docs/performance.md's GPU shape)
 #   --budget S    skip the steps that would start after S seconds (default 420)
@@ -45,13 +49,14 @@ if [ "${1:-}" = --prepare ]; then
     echo "gpu-session.sh: $rev's cl/ in $dir"
     exit 0
 fi
-before= L=4096 t=32768 batch=2 heads=16 budget=420 pack=0
+before= L=4096 t=32768 batch=2 heads=16 budget=420 pack=0 tunings=()
 num() { [[ $2 =~ ^[1-9][0-9]*$ ]] || bad "$1 needs a positive integer, not '$2'"; }
 while [ $# -gt 0 ]; do
     case $1 in
     -h | --help) usage 0 ;;
     --before) [ $# -ge 2 ] || bad "--before needs a folder"; before=$2; shift 2 ;;
     --pack) pack=1; shift ;;
+    --tuning) [ $# -ge 2 ] && [ -n "$2" ] || bad "--tuning needs a tuning"; tunings+=("$2"); shift 2 ;;
     --L | --t | --batch | --heads | --budget)
         [ $# -ge 2 ] || bad "$1 needs a value"
         num "$1" "$2"
@@ -91,14 +96,22 @@ step() { # <name> <limit s> <command...>: output to $out/<name>.txt, the outcome
     fi
 }
 shape=(--batch "$batch" --heads "$heads")
-bench() { # <kernel set: now|before>: cmd = castle-bench on that set's kernels and binary cache
+bench() { # <kernel set: now|before|tN>: cmd = castle-bench on that set's kernels, tuning and binary cache
     cmd=(env CASTLE_CACHE_DIR="$out/kc_$1")
     [ "$1" = before ] && cmd+=(CASTLE_CL_DIR="$before")
+    [[ $1 == t[0-9]* ]] && cmd+=(CASTLE_TUNING="${tunings[${1#t} - 1]}")
     cmd+=("$tools/castle-bench" "${shape[@]}" --gemm 0)
 }
 sets=(now)
 [ -n "$before" ] && sets+=(before)
-echo "gpu-session.sh: tools $tools, output $out, L=$L t=$t B=$batch H=$heads${before:+, before: $before}"
+: >"$out/tunings.txt"
+made+=(tunings.txt)
+for i in "${!tunings[@]}"; do
+    sets+=("t$((i + 1))")
+    echo "t$((i + 1)) ${tunings[i]}" >>"$out/tunings.txt"
+done
+echo "gpu-session.sh: tools $tools, output $out, L=$L t=$t B=$batch H=$heads${before:+, before: $before}" \
+    "${tunings[*]:+, tunings: ${tunings[*]}}"
 step info 120 env CASTLE_CACHE_DIR="$out/kc_now" "$tools/castle-info"
 for round in 1 2; do # alternating, so that a drift of the device's clocks shows as such
     for set in "${sets[@]}"; do
@@ -119,11 +132,15 @@ anchors=$(dirname "$0")/torch-anchors.py
 if [ -f "$anchors" ] && python3 -c "import torch" 2>/dev/null; then
     step anchors 120 python3 "$anchors" --L "$L" --batch "$batch" --heads "$heads"
 fi
-# the summary: every castle-bench line of the bench and decode steps, tagged by step
-for f in "$out"/bench_*.txt "$out"/decode*.txt "$out"/anchors.txt; do
-    [ -f "$f" ] || continue
-    grep -E '^(op=|anchor=)' "$f" | grep -v '^op=.*launch_' | sed "s/\$/ step=$(basename "$f" .txt)/"
-done >"$out/summary.txt"
+# the summary: the tuning sets (set=tN tuning=T), then every castle-bench line of the bench and
+# decode steps, tagged by step
+{
+    sed 's/^\(t[0-9]*\) /set=\1 tuning=/' "$out/tunings.txt"
+    for f in "$out"/bench_*.txt "$out"/decode*.txt "$out"/anchors.txt; do
+        [ -f "$f" ] || continue
+        grep -E '^(op=|anchor=)' "$f" | grep -v '^op=.*launch_' | sed "s/\$/ step=$(basename "$f" .txt)/"
+    done
+} >"$out/summary.txt"
 # --pack: the files this run wrote (steps, caches), not whatever else OUT holds, into one archive
 if [ "$pack" = 1 ]; then
     for set in "${sets[@]}"; do
