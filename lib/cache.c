@@ -5,6 +5,7 @@
 #include "context.h"
 #include "error.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 
 castle_status castle_cache_create(castle_context *ctx, const castle_attention_desc *desc, castle_cache **out)
@@ -71,12 +72,16 @@ castle_status castle_cache_buffer(const castle_cache *cache, castle_cache_tensor
     return CASTLE_SUCCESS;
 }
 
-/* Checks shared by prefill and decode: the descriptor against the cache, the buffers, the queue. */
+/* Checks shared by prefill and decode: the descriptor against the cache, the buffers, the queue;
+   for prefill (a forward pass over the prompt) also the CASTLE calls' limit on seq_len (decode's
+   kernels count positions in integers). */
 static castle_status check_call(castle_context *ctx, const castle_cache *cache, const castle_attention_desc *desc,
                                 castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue,
-                                cl_uint nwait, const cl_event *wait, const char *fn)
+                                cl_uint nwait, const cl_event *wait, const char *fn, bool prefill)
 {
     castle_status st = castle__check_desc(ctx, desc, p);
+    if (st == CASTLE_SUCCESS && prefill)
+        st = castle__check_castle_len(p, fn);
     if (st != CASTLE_SUCCESS)
         return st;
     if (!cache)
@@ -107,7 +112,7 @@ castle_status castle_prefill(castle_context *ctx, castle_cache *cache, const cas
     castle__clear_error();
     castle_problem p;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {qu, ku, vu, qc, kc, vc, o, lse};
-    castle_status st = check_call(ctx, cache, desc, &p, bufs, queue, num_wait_events, wait_events, "castle_prefill");
+    castle_status st = check_call(ctx, cache, desc, &p, bufs, queue, num_wait_events, wait_events, "castle_prefill", true);
     if (st != CASTLE_SUCCESS)
         return st;
     size_t longest = 0, *lengths = malloc(cache->B * sizeof(size_t));
@@ -145,7 +150,7 @@ castle_status castle_decode(castle_context *ctx, castle_cache *cache, const cast
     castle__clear_error();
     castle_problem p;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {qu, ku, vu, qc, kc, vc, o, lse};
-    castle_status st = check_call(ctx, cache, desc, &p, bufs, queue, num_wait_events, wait_events, "castle_decode");
+    castle_status st = check_call(ctx, cache, desc, &p, bufs, queue, num_wait_events, wait_events, "castle_decode", false);
     if (st != CASTLE_SUCCESS)
         return st;
     const size_t longest = castle__cache_longest(cache);

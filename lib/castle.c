@@ -75,6 +75,8 @@ castle_status castle_forward(castle_context *ctx, const castle_attention_desc *d
     castle__clear_error();
     castle_problem p;
     castle_status st = castle__check_desc(ctx, desc, &p);
+    if (st == CASTLE_SUCCESS)
+        st = castle__check_castle_len(&p, "castle_forward");
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {qu, ku, vu, qc, kc, vc, o, lse};
@@ -93,6 +95,8 @@ castle_status castle_backward(castle_context *ctx, const castle_attention_desc *
     castle__clear_error();
     castle_problem p;
     castle_status st = castle__check_desc(ctx, desc, &p);
+    if (st == CASTLE_SUCCESS)
+        st = castle__check_castle_len(&p, "castle_backward");
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {qu, ku, vu, qc, kc, vc, o, lse, d_o, d_qu, d_ku, d_vu, d_qc, d_kc, d_vc};

@@ -79,6 +79,16 @@ castle_status castle__check_desc_size(const castle_attention_desc *desc, size_t 
     return CASTLE_SUCCESS;
 }
 
+castle_status castle__check_castle_len(const castle_problem *p, const char *fn)
+{
+    if (p->L > CASTLE_MAX_SEQ_LEN)
+        return castle__fail(CASTLE_ERR_SIZE_OVERFLOW,
+                            "%s: seq_len=%zu: at most %d tokens per CASTLE call (the kernels compare positions as "
+                            "float32, exact up to 2^24)",
+                            fn, p->L, CASTLE_MAX_SEQ_LEN);
+    return CASTLE_SUCCESS;
+}
+
 castle_status castle__check_desc(const castle_context *ctx, const castle_attention_desc *desc, castle_problem *p)
 {
     if (!ctx)

@@ -49,6 +49,9 @@ castle_status castle__check_desc_size(const castle_attention_desc *desc, size_t 
 /* Checks the descriptor (shape, window, scale, strides, sizes) under the context's tuning and
    fills p.  The one place a descriptor is validated. */
 castle_status castle__check_desc(const castle_context *ctx, const castle_attention_desc *desc, castle_problem *p);
+/* CASTLE_ERR_SIZE_OVERFLOW when a checked problem has more than CASTLE_MAX_SEQ_LEN tokens: the CASTLE
+   calls' limit (fn names the call in the message). */
+castle_status castle__check_castle_len(const castle_problem *p, const char *fn);
 /* CASTLE_ERR_WORKSPACE_TOO_LARGE when a workspace of `bytes` passes the device's largest allocation. */
 castle_status castle__check_workspace_fits(const castle_context *ctx, size_t bytes);
 /* Checks that buf is a cl_mem of ctx holding `floats` floats (else too_small). */

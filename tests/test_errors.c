@@ -663,14 +663,53 @@ START_TEST(test_size_limits_accepted)
     castle_attention_desc_init(&d, 1, 1, (size_t)INT_MAX - blk, 1);
     check_status(ws_size(f.ctx, &d, &bytes), CASTLE_SUCCESS, NULL, "workspace size for seq_len=INT_MAX-block");
     ck_assert(bytes > 0);
-    /* with the fixture's small buffers the call gets as far as the buffer sizes */
+    /* the CASTLE calls take at most CASTLE_MAX_SEQ_LEN tokens (test_castle_seq_len_limit) */
     fwd_args a = fx_args(&f);
     a.desc = &d;
-    expect_reject(&f, &a, CASTLE_ERR_BUFFER_TOO_SMALL, "buffer qu ", "seq_len=INT_MAX-block on small buffers");
+    expect_reject(&f, &a, CASTLE_ERR_SIZE_OVERFLOW, "tokens per CASTLE call", "seq_len=INT_MAX-block");
     castle_attention_desc_init(&d, (size_t)INT_MAX, 1, 1, 1);
     bytes = 0;
     check_status(ws_size(f.ctx, &d, &bytes), CASTLE_SUCCESS, NULL, "workspace size for batch*heads=INT_MAX");
     ck_assert(bytes > 0);
+    fx_teardown(&f);
+}
+END_TEST
+
+/* CASTLE_MAX_SEQ_LEN: the CASTLE forward, backward and prefill compare positions as float32, so one
+   token more is SIZE_OVERFLOW, before any buffer is looked at, while the limit itself gets as far as
+   the fixture's small buffers; the workspace size is still reported, and decode and the causal
+   baseline (integer positions) are not bound by it. */
+START_TEST(test_castle_seq_len_limit)
+{
+    fx f;
+    fx_setup(&f);
+    castle_attention_desc d;
+    fwd_args a = fx_args(&f);
+    a.desc = &d;
+    const char *limit = "at most 16777216 tokens per CASTLE call";
+    castle_attention_desc_init(&d, 1, 1, CASTLE_MAX_SEQ_LEN, 8);
+    expect_reject(&f, &a, CASTLE_ERR_BUFFER_TOO_SMALL, "buffer qu ", "forward, seq_len=CASTLE_MAX_SEQ_LEN");
+    castle_attention_desc_init(&d, 1, 1, (size_t)CASTLE_MAX_SEQ_LEN + 1, 8);
+    expect_reject(&f, &a, CASTLE_ERR_SIZE_OVERFLOW, limit, "forward, seq_len=CASTLE_MAX_SEQ_LEN+1");
+    size_t bytes = 0;
+    check_status(ws_size(f.ctx, &d, &bytes), CASTLE_SUCCESS, NULL, "workspace size, seq_len=CASTLE_MAX_SEQ_LEN+1");
+    ck_assert(bytes > 0);
+    cl_mem *m = f.buf;
+    check_status(castle_backward(f.ctx, &d, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[WS], m[6], m[0], m[1],
+                                 m[2], m[3], m[4], m[5], f.q, 0, NULL, NULL),
+                 CASTLE_ERR_SIZE_OVERFLOW, limit, "backward, seq_len=CASTLE_MAX_SEQ_LEN+1");
+    check_status(castle_causal_forward(f.ctx, &d, m[3], m[4], m[5], m[6], m[7], f.q, 0, NULL, NULL),
+                 CASTLE_ERR_BUFFER_TOO_SMALL, "buffer qc ", "causal forward, seq_len=CASTLE_MAX_SEQ_LEN+1");
+    castle_attention_desc cd;
+    castle_attention_desc_init(&cd, 1, 1, 16, 8);
+    castle_cache *cache = NULL;
+    check_status(castle_cache_create(f.ctx, &cd, &cache), CASTLE_SUCCESS, NULL, "a cache of 16 tokens");
+    check_status(castle_prefill(f.ctx, cache, &d, NULL, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], f.q, 0, NULL,
+                                NULL),
+                 CASTLE_ERR_SIZE_OVERFLOW, limit, "prefill, seq_len=CASTLE_MAX_SEQ_LEN+1");
+    check_status(castle_decode(f.ctx, cache, &d, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], f.q, 0, NULL, NULL),
+                 CASTLE_ERR_BUFFER_TOO_SMALL, "buffer qu ", "decode, seq_len=CASTLE_MAX_SEQ_LEN+1");
+    castle_cache_destroy(cache);
     fx_teardown(&f);
 }
 END_TEST
@@ -1747,6 +1786,7 @@ Suite *errors_suite(void)
     tcase_add_test(tc, test_bad_scale);
     tcase_add_loop_test(tc, test_size_overflow, 0, NOVERFLOW);
     tcase_add_test(tc, test_size_limits_accepted);
+    tcase_add_test(tc, test_castle_seq_len_limit);
     tcase_add_test(tc, test_workspace_overflow_boundary);
     tcase_add_test(tc, test_workspace_too_large);
     tcase_add_loop_test(tc, test_row_stride_too_small, 0, NFWD);

@@ -241,6 +241,12 @@ CASTLE_API castle_status castle_context_set_tuning(castle_context *ctx, const ca
    is accurate at; a larger scale (FLT_MAX turned most outputs into NaN) is CASTLE_ERR_BAD_SCALE.
    The caller keeps |scale * q.k| below FLT_MAX: past it the outputs are not defined. */
 #define CASTLE_MAX_SCALE 65536.0f
+/* The most tokens (seq_len) one call of castle_forward, castle_backward or castle_prefill takes:
+   their kernels compare token positions as float32, which holds every integer up to 2^24 exactly.
+   More is CASTLE_ERR_SIZE_OVERFLOW (castle_forward_workspace_size still reports the size).  A
+   cache's capacity, castle_decode and the causal baseline count positions in integers and are not
+   bound by it. */
+#define CASTLE_MAX_SEQ_LEN 16777216
 
 /* Tensors a descriptor lays out.  QU..VC are the six projections, O the output, LSE the
    log-sum-exp (its row_stride is the stride between positions, usually 1), DO the gradient of the
@@ -275,7 +281,7 @@ typedef struct castle_attention_desc {
     size_t struct_size; /* sizeof(castle_attention_desc) as the caller compiled it: set by castle_attention_desc_init */
     size_t batch;
     size_t heads;
-    size_t seq_len;     /* L */
+    size_t seq_len;     /* L; at most CASTLE_MAX_SEQ_LEN for castle_forward, castle_backward, castle_prefill */
     size_t head_dim;    /* d, 1..CASTLE_MAX_HEAD_DIM */
     long window;        /* 0 = CASTLE; W >= 1 = CASTLE-SWL with lookahead window W */
     float scale;        /* 0 = 1/sqrt(d); else 0 < scale <= CASTLE_MAX_SCALE */
