@@ -29,11 +29,11 @@
    a barrier, so fewer work-items with more micro-tiles each carry less): the per-row work (Delta,
    lse) takes rows lid + q NT, q < BW_ROWS, its sums in registers as before (summed in local
    memory instead, the folded kernel came out wrong on PoCL under NT > BLK, though Oclgrind found
-   no race).  Operand A of every product is
-   staged k-major (contraction index first), so each matrix is kept in the orientation(s) its
-   products read (under MT_AM_ROWS, the CPU mappings, a matrix that is only an A operand is read
-   row-major instead: MT_AM, common.cl); of the d tiles (stage_tile: vector loads), those that are A operands are staged as
-   MT_AT says (row-major when TM = 1).  The gate logits, the scores and the D update are recomputed
+   no race).  Operand A of every product is staged k-major (contraction index first), so each
+   matrix is kept in the orientation(s) its products read (under MT_AM_ROWS, the CPU mappings, a
+   matrix that is only an A operand is read row-major instead: MT_AM, common.cl); of the d tiles
+   (stage_cols, stage_tile_t: vector loads), those that are A operands are staged as MT_AT says
+   (row-major when TM = 1).  The gate logits, the scores and the D update are recomputed
    with the forward's mt_* calls on the same operands (mt_product's even/odd order, the forward's
    FDT terms per call: BW_CA, BW_CB below), so P = exp(A - lse) uses exactly the A the forward
    normalised (P <= 1) and D_j is rolled back by exactly what the forward added.  (Under a tuning
@@ -65,13 +65,13 @@
    matrices live) the tiles' area, DT columns; phase D2 (two tiles beside dZ and dZt, M1 and M4) the
    area from M5 on.
    FDT is the CASTLE forward's d chunk (tuning fdchunk, a -D option of every family's program; this
-   one's DT is the backward's dchunk): the forward's products over d add FDT terms per mt_product call.  Phases A and B recompute
-   some of them (the gate logits, QC KC^T, QC D^T), so they stage whole multiples of BW_UNIT (DT and
-   FDT, both powers of two) where one fits and sum in FDT-term calls (BW_CA, BW_CB) where their step
-   holds whole ones: then the logits and the scores are bitwise the forward's.  (Where it does not,
-   fdchunk > dchunk beyond what a phase holds, they are summed in DT-term calls, which differ from
-   the forward's in rounding.)  The other products of a phase take the same calls; the rest take DT
-   terms per call, which a wider step does not change. */
+   one's DT is the backward's dchunk): the forward's products over d add FDT terms per mt_product
+   call.  Phases A and B recompute some of them (the gate logits, QC KC^T, QC D^T), so they stage
+   whole multiples of BW_UNIT (DT and FDT, both powers of two) where one fits and sum in FDT-term
+   calls (BW_CA, BW_CB) where their step holds whole ones: then the logits and the scores are
+   bitwise the forward's.  (Where it does not, fdchunk > dchunk beyond what a phase holds, they are
+   summed in DT-term calls, which differ from the forward's in rounding.)  The other products of a
+   phase take the same calls; the rest take DT terms per call, which a wider step does not change. */
 #ifndef FDT
 #error "backward.cl: FDT (the forward's d chunk, tuning fdchunk) comes from the host (-D)"
 #endif

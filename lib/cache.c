@@ -112,7 +112,8 @@ castle_status castle_prefill(castle_context *ctx, castle_cache *cache, const cas
     castle__clear_error();
     castle_problem p;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {qu, ku, vu, qc, kc, vc, o, lse};
-    castle_status st = check_call(ctx, cache, desc, &p, bufs, queue, num_wait_events, wait_events, "castle_prefill", true);
+    castle_status st =
+        check_call(ctx, cache, desc, &p, bufs, queue, num_wait_events, wait_events, "castle_prefill", true);
     if (st != CASTLE_SUCCESS)
         return st;
     size_t longest = 0, *lengths = malloc(cache->B * sizeof(size_t));
@@ -150,7 +151,8 @@ castle_status castle_decode(castle_context *ctx, castle_cache *cache, const cast
     castle__clear_error();
     castle_problem p;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {qu, ku, vu, qc, kc, vc, o, lse};
-    castle_status st = check_call(ctx, cache, desc, &p, bufs, queue, num_wait_events, wait_events, "castle_decode", false);
+    castle_status st =
+        check_call(ctx, cache, desc, &p, bufs, queue, num_wait_events, wait_events, "castle_decode", false);
     if (st != CASTLE_SUCCESS)
         return st;
     const size_t longest = castle__cache_longest(cache);

@@ -704,9 +704,9 @@ START_TEST(test_castle_seq_len_limit)
     castle_attention_desc_init(&cd, 1, 1, 16, 8);
     castle_cache *cache = NULL;
     check_status(castle_cache_create(f.ctx, &cd, &cache), CASTLE_SUCCESS, NULL, "a cache of 16 tokens");
-    check_status(castle_prefill(f.ctx, cache, &d, NULL, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], f.q, 0, NULL,
-                                NULL),
-                 CASTLE_ERR_SIZE_OVERFLOW, limit, "prefill, seq_len=CASTLE_MAX_SEQ_LEN+1");
+    check_status(
+        castle_prefill(f.ctx, cache, &d, NULL, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], f.q, 0, NULL, NULL),
+        CASTLE_ERR_SIZE_OVERFLOW, limit, "prefill, seq_len=CASTLE_MAX_SEQ_LEN+1");
     check_status(castle_decode(f.ctx, cache, &d, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], f.q, 0, NULL, NULL),
                  CASTLE_ERR_BUFFER_TOO_SMALL, "buffer qu ", "decode, seq_len=CASTLE_MAX_SEQ_LEN+1");
     castle_cache_destroy(cache);
