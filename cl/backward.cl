@@ -201,18 +201,18 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     {
         __local float *A0 = lm, *A1 = A0 + BLK * BW_WA, *A2 = A1 + BLK * BW_WA, *A3 = A2 + BLK * BW_WA;
         for (int c0 = 0;; c0 += BW_WA) { /* d >= 1 */
-            const int n = min(BW_WA, BW_PAD(BW_CA) - c0); /* the columns this step stages */
+            const int cols = min(BW_WA, BW_PAD(BW_CA) - c0); /* the columns this step stages */
             if (gate) {
-                stage_cols_a(A0, BLK, BW_WA, xqu, pqu, squ.z, j, L, c0, n, d);
-                stage_tile_t(A1, BLK, xku, i, c0, n, d);
+                stage_cols_a(A0, BLK, BW_WA, xqu, pqu, squ.z, j, L, c0, cols, d);
+                stage_tile_t(A1, BLK, xku, i, c0, cols, d);
                 if (!first_col) {
-                    stage_cols(A2, BLK, BW_WA, dD, (ulong)d, s0, L, c0, n, d, MT_AT);
-                    stage_tile_t(A3, BLK, xvu, i, c0, n, d);
+                    stage_cols(A2, BLK, BW_WA, dD, (ulong)d, s0, L, c0, cols, d, MT_AT);
+                    stage_tile_t(A3, BLK, xvu, i, c0, cols, d);
                 }
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             if (gate)
-                for (int c = 0; c < n; c += BW_CA) /* the forward's terms per call */
+                for (int c = 0; c < cols; c += BW_CA) /* the forward's terms per call */
                     ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
                         const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
                         mt_product(g[m], MT_A(A0, row0, BW_WA, c), A1 + c * BLK + col0, BLK, BW_CA);
@@ -257,18 +257,18 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __local float *B0 = lm + 4 * BLK * BLK, *B1 = B0 + BLK * BW_WB, *B2 = B1 + BLK * BW_WB, *B3 = B2 + BLK * BW_WB;
     __local float *B4 = B3 + BLK * BW_WB, *B5 = B4 + BLK * BW_WB, *B6 = B5 + BLK * BW_WB;
     for (int c0 = 0;; c0 += BW_WB) { /* d >= 1 */
-        const int n = min(BW_WB, BW_PAD(BW_CB) - c0);
-        stage_cols_a(B0, BLK, BW_WB, xqc, pqc, sqc.z, i, L, c0, n, d);
-        stage_tile_t(B1, BLK, xkc, j, c0, n, d);
-        stage_cols_a(B2, BLK, BW_WB, xdo, pdo, sdo.z, i, L, c0, n, d);
-        stage_tile_t(B3, BLK, xvc, j, c0, n, d);
+        const int cols = min(BW_WB, BW_PAD(BW_CB) - c0);
+        stage_cols_a(B0, BLK, BW_WB, xqc, pqc, sqc.z, i, L, c0, cols, d);
+        stage_tile_t(B1, BLK, xkc, j, c0, cols, d);
+        stage_cols_a(B2, BLK, BW_WB, xdo, pdo, sdo.z, i, L, c0, cols, d);
+        stage_tile_t(B3, BLK, xvc, j, c0, cols, d);
         if (first_row) /* O, for Delta (read by the row's first pair only: staged from O itself) */
-            stage_cols(B4, BLK, BW_WB, po, so.z, t0, L, c0, n, d, MT_AT);
+            stage_cols(B4, BLK, BW_WB, po, so.z, t0, L, c0, cols, d, MT_AT);
         if (gate && k > 0)
-            stage_cols(B5, BLK, BW_WB, pvu, svu.z, t0, L, c0, n, d, false);
+            stage_cols(B5, BLK, BW_WB, pvu, svu.z, t0, L, c0, cols, d, false);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k > 0)
-            for (int c = 0; c < n; c += DT) /* the micro-tiles of each BLK x DT slab */
+            for (int c = 0; c < cols; c += DT) /* the micro-tiles of each BLK x DT slab */
                 ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat dv[MT_ACC];
@@ -298,7 +298,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         if (first_row) /* in mt_product's order: even and odd c apart, then added, BW_CB at a time */
             for (int q = 0; q < BW_ROWS; ++q) {
                 const int r = lid + q * NT;
-                for (int c = 0; c < n && r < BLK; c += BW_CB) {
+                for (int c = 0; c < cols && r < BLK; c += BW_CB) {
                     float e0 = 0.0f, e1 = 0.0f;
                     for (int cc = c; cc < c + BW_CB; cc += 2) {
                         e0 += B2[MT_AOFF(r, BW_WB, cc)] * B4[MT_AOFF(r, BW_WB, cc)];
@@ -307,7 +307,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                     delta[q] += e0 + e1;
                 }
             }
-        for (int c = 0; c < n; c += BW_CB) { /* the forward's terms per call */
+        for (int c = 0; c < cols; c += BW_CB) { /* the forward's terms per call */
             ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
                 mt_product(s1[m], MT_A(B0, row0, BW_WB, c), B1 + c * BLK + col0, BLK, BW_CB);
@@ -534,13 +534,13 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     const bool d2 = gate || first_row || first_col; /* anything to add or to initialise */
     __local float *E0 = lm + 5 * BLK * BLK, *E1 = E0 + BLK * BW_WD2; /* QU[T_j], KU[T_i] row-major */
     for (int c0 = 0;; c0 += BW_WD2) { /* d >= 1 */
-        const int n = min(BW_WD2, BW_PAD(DT) - c0);
+        const int cols = min(BW_WD2, BW_PAD(DT) - c0);
         if (gate) {
-            stage_cols(E0, BLK, BW_WD2, pqu, squ.z, s0, L, c0, n, d, false);
-            stage_cols(E1, BLK, BW_WD2, pku, sku.z, t0, L, c0, n, d, false);
+            stage_cols(E0, BLK, BW_WD2, pqu, squ.z, s0, L, c0, cols, d, false);
+            stage_cols(E1, BLK, BW_WD2, pku, sku.z, t0, L, c0, cols, d, false);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int c = 0; c < n && d2; c += DT)
+        for (int c = 0; c < cols && d2; c += DT)
             for (int m = 0; m < FUPC; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = c + MT_COL0(u, DT);
                 vfloat vk[MT_ACC], vq[MT_ACC];

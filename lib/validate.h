@@ -47,7 +47,8 @@ extern const char *const castle__tensor_names[CASTLE_TENSOR_COUNT];
    `who` names the caller in the message. */
 castle_status castle__check_desc_size(const castle_attention_desc *desc, size_t struct_size, const char *who);
 /* Checks the descriptor (shape, window, scale, strides, sizes) under the context's tuning and
-   fills p.  The one place a descriptor is validated. */
+   fills p.  The one place a descriptor is validated; the calls whose kernels bound the length
+   further (castle_forward, castle_backward, castle_prefill) add castle__check_castle_len. */
 castle_status castle__check_desc(const castle_context *ctx, const castle_attention_desc *desc, castle_problem *p);
 /* CASTLE_ERR_SIZE_OVERFLOW when a checked problem has more than CASTLE_MAX_SEQ_LEN tokens: the CASTLE
    calls' limit (fn names the call in the message). */
