@@ -29,7 +29,12 @@
  * when one block of new rows leaves the device idle.  Split work leaves unnormalised partials
  * (acc, m, l) that castle_causal_combine merges.
  *
- * Local memory (floats): CASTLE_LM_CAUSAL of local_memory.h at most (host/tuning.c checks it). */
+ * The forward kernel runs under the forwards' own work-group size and d chunk (tuning fthreads and
+ * fdchunk, as cl/forward.cl's): where they differ from threads and dchunk, the host builds this file a
+ * second time under them, with CC_FORWARD_ONLY defined, for that kernel alone (host/program.c).
+ *
+ * Local memory (floats): CASTLE_LM_CAUSAL of local_memory.h at most, CASTLE_LM_CAUSAL_FORWARD under
+ * CC_FORWARD_ONLY (host/tuning.c checks both). */
 
 /* Shared with the C host, defined once there and passed as -D options (host/program.c):
    CASTLE_MAX_HEAD_DIM (castle.h), CASTLE_DECODE_ROWS and CASTLE_DECODE_GROUP (host/causal.h). */
@@ -395,6 +400,8 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
         cc_store_acc(acc, part + cc_partial(bh, n, q0, nsplit, sp, d), (ulong)nsplit * (d + 2), qrows, d, 1.0f, sL,
                      false);
 }
+
+#ifndef CC_FORWARD_ONLY /* the rest of the family (host/program.c, CASTLE_FAMILY_CAUSAL_FORWARD) */
 
 /* Decode of n <= CC_DQ new rows (positions t0..t0+n-1) against the cache's keys 0..t0+n-1.
  * Work-group (split, bh) streams a contiguous range of about (t0 + n) / nsplit keys once, with an
@@ -932,3 +939,5 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
     }
     cc_store_acc(acc, dq + tensor_offset(sdq, b, h, q0), sdq.z, qrows, d, sc, sLse, false);
 }
+
+#endif /* CC_FORWARD_ONLY */

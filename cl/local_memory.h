@@ -22,12 +22,14 @@
    d chunk beside it.  The backward: a staging area CC_ST columns wide, room for four d-wide tiles
    (4 dmax) as far as it stays within cl/backward.cl's need (6 b + 7 c - 1 columns: then the whole
    is b (8 b + 7 c + 2) floats, CASTLE_LM_BACKWARD, so this family never raises CASTLE_LM_ANY).
-   Each kernel adds at most 2 b^2 + 3 b floats. */
+   Each kernel adds at most 2 b^2 + 3 b floats.  CASTLE_LM_CAUSAL_FORWARD: the forward alone, as
+   built under the forward's own d chunk (host/program.c, CASTLE_FAMILY_CAUSAL_FORWARD). */
 #define CASTLE_LM_CAUSAL_TROWS(b, c, dmax) (4 * ((b) + (c)) < (dmax) ? 4 * ((b) + (c)) : (dmax))
 #define CASTLE_LM_CAUSAL_ST(b, c, dmax)                                                                \
     (4 * (dmax) < 6 * (b) + 7 * (c) - 1 ? 4 * (dmax) : 6 * (b) + 7 * (c) - 1)
 #define CASTLE_LM_CAUSAL(b, c, dmax)                                                                   \
     ((b) * (CASTLE_LM_MAX_(CASTLE_LM_CAUSAL_TROWS(b, c, dmax) + (c), CASTLE_LM_CAUSAL_ST(b, c, dmax)) + 2 * (b) + 3))
+#define CASTLE_LM_CAUSAL_FORWARD(b, c, dmax) ((b) * (CASTLE_LM_CAUSAL_TROWS(b, c, dmax) + (c) + 2 * (b) + 3))
 
 /* Not a size, but shared the same way: partials per new row that one work-group of g work-items of
    castle_causal_decode (cl/causal.cl) leaves, under the tuning's decode mapping dec. */
@@ -37,10 +39,12 @@
    the nt work-items of a group share out (cl/common.cl's FUPT and FUPC; castle-tune's --max-tiles). */
 #define CASTLE_MT_TILES(rows, cols, tm, mc) (((rows) / (tm)) * ((cols) / (mc)))
 
-/* The most any family needs: what a tuning must fit.  fc: the CASTLE forward's own d chunk
-   (tuning fdchunk); cl/cache.cl's prefill pass stays within CASTLE_LM_FORWARD(b, c). */
+/* The most any family needs: what a tuning must fit.  fc: the forwards' own d chunk (tuning
+   fdchunk: the CASTLE and the causal forward); cl/cache.cl's prefill pass stays within
+   CASTLE_LM_FORWARD(b, c). */
 #define CASTLE_LM_ANY(b, c, fc, dmax)                                                                  \
-    CASTLE_LM_MAX_(CASTLE_LM_MAX_(CASTLE_LM_FORWARD(b, c), CASTLE_LM_FORWARD(b, fc)),                   \
+    CASTLE_LM_MAX_(CASTLE_LM_MAX_(CASTLE_LM_MAX_(CASTLE_LM_FORWARD(b, c), CASTLE_LM_FORWARD(b, fc)),    \
+                                  CASTLE_LM_CAUSAL_FORWARD(b, fc, dmax)),                              \
                    CASTLE_LM_MAX_(CASTLE_LM_BACKWARD(b, c), CASTLE_LM_CAUSAL(b, c, dmax)))
 
 #endif

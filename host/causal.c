@@ -59,12 +59,14 @@ static void arg_tensor(castle_args *a, const castle_problem *p, const cl_mem buf
     ARG(a, p->strides[t]);
 }
 
-/* castle_causal_forward over query rows 0..n-1 at positions t0.. against keys k, v (kstride). */
+/* castle_causal_forward over query rows 0..n-1 at positions t0.. against keys k, v (kstride), from the
+   program built under the forwards' own shape (fthreads, fdchunk). */
 static castle_status forward_args(castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
                                   cl_int t0, cl_mem k, cl_mem v, cl_ulong4 kstride, cl_ulong4 vstride, cl_int nsplit,
                                   cl_mem part, cl_kernel *kernel, castle_args *a)
 {
-    castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, "castle_causal_forward", kernel);
+    castle_status st =
+        castle__get_kernel(ctx, castle__causal_forward_family(&ctx->tuning), p->d, "castle_causal_forward", kernel);
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_int n = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H;

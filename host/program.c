@@ -18,6 +18,7 @@ static const char *const family_files[CASTLE_FAMILY_COUNT] = {
     [CASTLE_FAMILY_BACKWARD] = "backward.cl",
     [CASTLE_FAMILY_CACHE] = "cache.cl",
     [CASTLE_FAMILY_CAUSAL] = "causal.cl",
+    [CASTLE_FAMILY_CAUSAL_FORWARD] = "causal.cl",
 };
 
 /* Reads cl/<name> into *out (malloc'd): from $CASTLE_CL_DIR when it is set, where a missing or
@@ -69,16 +70,21 @@ castle_tuning castle__family_tuning(castle_family f, const castle_tuning *t)
     if (f == CASTLE_FAMILY_BACKWARD) {
         v.threads = t->bthreads;
         v.tm = t->btm;
-    } else if (f == CASTLE_FAMILY_FORWARD) {
+    } else if (f == CASTLE_FAMILY_FORWARD || f == CASTLE_FAMILY_CAUSAL_FORWARD) {
         v.threads = t->fthreads;
         v.dchunk = t->fdchunk;
     }
     return v;
 }
 
+castle_family castle__causal_forward_family(const castle_tuning *t)
+{
+    return t->fthreads == t->threads && t->fdchunk == t->dchunk ? CASTLE_FAMILY_CAUSAL : CASTLE_FAMILY_CAUSAL_FORWARD;
+}
+
 int castle__head_dim_class(castle_family f, const castle_tuning *t, size_t d)
 {
-    if (t->accum != 2 || (f != CASTLE_FAMILY_CAUSAL && f != CASTLE_FAMILY_CACHE))
+    if (t->accum != 2 || (f != CASTLE_FAMILY_CAUSAL && f != CASTLE_FAMILY_CAUSAL_FORWARD && f != CASTLE_FAMILY_CACHE))
         return CASTLE_MAX_HEAD_DIM;
     int c = 64;
     while ((size_t)c < d && c < CASTLE_MAX_HEAD_DIM)
@@ -124,9 +130,12 @@ castle_status castle__program_source(castle_family f, const castle_tuning *tunin
             used += (size_t)snprintf(opt + used, OPT_BYTES - used, " -D%s=%u", p->macro, castle__tuning_get(t, p));
     }
     /* then the constants the kernels share with the host (defined once, in C) */
-    snprintf(opt + used, OPT_BYTES - used,
-             " -DCASTLE_MAX_HEAD_DIM=%d -DCASTLE_HEAD_DIM_CLASS=%d -DCASTLE_DECODE_ROWS=%d -DCASTLE_DECODE_GROUP=%d",
-             CASTLE_MAX_HEAD_DIM, dclass, CASTLE_DECODE_ROWS, CASTLE_DECODE_GROUP);
+    used += (size_t)snprintf(
+        opt + used, OPT_BYTES - used,
+        " -DCASTLE_MAX_HEAD_DIM=%d -DCASTLE_HEAD_DIM_CLASS=%d -DCASTLE_DECODE_ROWS=%d -DCASTLE_DECODE_GROUP=%d",
+        CASTLE_MAX_HEAD_DIM, dclass, CASTLE_DECODE_ROWS, CASTLE_DECODE_GROUP);
+    if (f == CASTLE_FAMILY_CAUSAL_FORWARD) /* the forward kernel alone: the others need the rest's shape */
+        snprintf(opt + used, OPT_BYTES - used, " -DCC_FORWARD_ONLY=1");
     free(sizes);
     free(common);
     free(body);

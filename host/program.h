@@ -12,14 +12,17 @@ typedef enum castle_family {
     CASTLE_FAMILY_BACKWARD,    /* cl/backward.cl */
     CASTLE_FAMILY_CACHE,       /* cl/cache.cl: prefill and decode with the UQ-KV cache */
     CASTLE_FAMILY_CAUSAL,      /* cl/causal.cl: standard causal attention, the baseline */
+    /* cl/causal.cl's forward kernel alone (-DCC_FORWARD_ONLY), under the forwards' own work-group
+       size and d chunk; used where they differ from the rest (castle__causal_forward_family) */
+    CASTLE_FAMILY_CAUSAL_FORWARD,
     CASTLE_FAMILY_COUNT
 } castle_family;
 
-/* A tuning under accum = 2 holds up to 8 programs (forward, backward, and the causal and cache
-   families at three head-dimension classes) and fewer than 48 kernels; these bounds hold four such
-   tunings. */
-#define CASTLE_MAX_PROGRAMS 32
-#define CASTLE_MAX_KERNELS 192
+/* A tuning under accum = 2 holds up to 11 programs (forward, backward, and the causal, causal
+   forward and cache families at three head-dimension classes) and fewer than 56 kernels; these
+   bounds hold four such tunings. */
+#define CASTLE_MAX_PROGRAMS 48
+#define CASTLE_MAX_KERNELS 224
 typedef struct castle_program_slot {
     castle_family family;
     castle_tuning tuning;
@@ -48,10 +51,15 @@ int castle__head_dim_class(castle_family f, const castle_tuning *t, size_t d);
 castle_status castle__program_source(castle_family f, const castle_tuning *t, int dclass, char **source,
                                      char **options);
 /* The tuning family f's kernels run under: t, with the CASTLE backward's own work-group size and
-   micro-tile rows (bthreads, btm) as threads and tm for CASTLE_FAMILY_BACKWARD, and the CASTLE
-   forward's own work-group size and d chunk (fthreads, fdchunk) as threads and dchunk for
-   CASTLE_FAMILY_FORWARD (tools/ptx-report.sh assembles the programs the same way). */
+   micro-tile rows (bthreads, btm) as threads and tm for CASTLE_FAMILY_BACKWARD, and the forwards'
+   own work-group size and d chunk (fthreads, fdchunk) as threads and dchunk for
+   CASTLE_FAMILY_FORWARD and CASTLE_FAMILY_CAUSAL_FORWARD (tools/ptx-report.sh assembles the
+   programs the same way). */
 castle_tuning castle__family_tuning(castle_family f, const castle_tuning *t);
+/* The family whose program holds the causal forward kernel under t: CASTLE_FAMILY_CAUSAL where the
+   forwards' shape is the rest's (fthreads = threads, fdchunk = dchunk: the CPU entries, one program
+   fewer to build), else CASTLE_FAMILY_CAUSAL_FORWARD. */
+castle_family castle__causal_forward_family(const castle_tuning *t);
 
 /* Embedded .cl sources (generated at build time). */
 const char *castle__embedded_source(const char *name);

@@ -80,7 +80,10 @@ typedef struct tuning_entry {
    2 x 4 tile of each product per work-item, two d steps instead of four; 23 KiB of local memory):
    on the H200 (2026-11-27, same shape, one run) 16.4 ms against 22.0 on the shared 64 / 16 (L = 1024
    1.40 against 1.82, L = 8192 59.5 against 80.9); 128 / 32 with tm = 1 took 23.0, 128 / 16 with
-   tm = 1 23.5, 256 / 32 with tm = 1 28.5, 64 / 32 21.7, 128 / 64 21.1, 64 / 64 32.6.
+   tm = 1 23.5, 256 / 32 with tm = 1 28.5, 64 / 32 21.7, 128 / 64 21.1, 64 / 64 32.6.  The causal
+   forward runs on the same shape since 2026-11-28 (from a program without the causal backward,
+   whose local memory at d chunk 32 would be 60.3 KiB; 42.4 KiB for the forward alone): not yet
+   measured on a GPU, its kernel at 5.58 ms on the shared 64 / 16 (2.39 times PyTorch's fp32 SDPA).
    docs/performance.md has the rest. */
 #define CPU_MAPPING .block = 64, .threads = 64, .dchunk = 64, .vector = 16, .tm = 4, .tn = 1, .bthreads = 16
 #define GPU_MAPPING                                                                                     \

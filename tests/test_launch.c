@@ -3,12 +3,15 @@
  * code (never several codes OR-ed together) with a message naming the kernel and the step, and an
  * argument list that overflows is refused before the driver sees it.  The launch observer
  * (castle_context_set_launch_observer) sees every kernel launch once, with its name, a live event
- * and its work-groups, changes no result, and is removed by NULL.  Device: CASTLE_DEVICE. */
+ * and its work-groups, changes no result, and is removed by NULL.  And the causal forward runs from
+ * the program of the forwards' own shape under the GPU entry (case "shapes", label variants).
+ * Device: CASTLE_DEVICE. */
 #include "context.h"
 #include "launch.h"
 #include "program.h"
 
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +170,53 @@ START_TEST(test_observer)
 }
 END_TEST
 
+/* Under the built-in GPU entry the causal forward runs on the forwards' own work-group size and d
+   chunk (fthreads = 128 work-items, fdchunk = 32: as the CASTLE forward), from a program that holds
+   it alone (CASTLE_FAMILY_CAUSAL_FORWARD: the causal backward would need more than NVIDIA's 48 KiB
+   of local memory at that d chunk), and gives the output of the device's own tuning to fp32
+   rounding; where fthreads = threads and fdchunk = dchunk the family's own program holds it. */
+START_TEST(test_causal_forward_shape)
+{
+    enum { N = 2 * 40 * 8 };
+    static float plain[N], own[N];
+    castle_tuning t;
+    const char *name = NULL;
+    size_t n = 0, k = 0;
+    ck_assert_int_eq(castle_tuning_table_entry(0, NULL, NULL, &n), CASTLE_SUCCESS);
+    for (; k < n; ++k)
+        if (castle_tuning_table_entry(k, &name, &t, NULL) == CASTLE_SUCCESS && !strcmp(name, "nvidia-gpu"))
+            break;
+    ck_assert_msg(k < n && (t.fthreads != t.threads || t.fdchunk != t.dchunk),
+                  "no nvidia-gpu entry with a forward shape of its own");
+    ck_assert_int_eq(castle__causal_forward_family(&t), CASTLE_FAMILY_CAUSAL_FORWARD);
+    castle_tuning same = t;
+    same.fthreads = same.threads;
+    same.fdchunk = same.dchunk;
+    ck_assert_int_eq(castle__causal_forward_family(&same), CASTLE_FAMILY_CAUSAL);
+    causal_forward(plain, N); /* the device's own tuning */
+    const castle_status st = castle_context_set_tuning(ctx, &t);
+    if (st == CASTLE_ERR_BAD_TUNING && strstr(castle_last_error(), "local memory")) { /* said, not hidden */
+        fprintf(stderr, "test_causal_forward_shape: the GPU entry does not fit this device: %s\n", castle_last_error());
+        return;
+    }
+    ck_assert_msg(st == CASTLE_SUCCESS, "%s", castle_last_error());
+    seen s = {0};
+    ck_assert_int_eq(castle_context_set_launch_observer(ctx, observe, &s), CASTLE_SUCCESS);
+    causal_forward(own, N);
+    ck_assert_int_eq(castle_context_set_launch_observer(ctx, NULL, NULL), CASTLE_SUCCESS);
+    ck_assert_int_eq(s.launches, 1);
+    ck_assert_str_eq(s.first, "castle_causal_forward");
+    ck_assert_uint_eq(s.group_size, t.fthreads);
+    /* the same sums (outputs about 0.5) added in another order: a few units of fp32 rounding apart */
+    for (size_t i = 0; i < N; ++i)
+        ck_assert_msg(fabsf(own[i] - plain[i]) <= 1e-5f, "o[%zu]: %.9g under the GPU entry, %.9g under the device's", i,
+                      own[i], plain[i]);
+    cl_kernel kernel_bw = NULL; /* the forward's program holds no backward kernel */
+    ck_assert_int_ne(castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL_FORWARD, 8, "castle_causal_backward_kv", &kernel_bw),
+                     CASTLE_SUCCESS);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("launch");
@@ -177,6 +227,12 @@ int main(void)
     tcase_add_test(tc, test_refused_enqueue);
     tcase_add_test(tc, test_too_many_arguments);
     tcase_add_test(tc, test_observer);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("shapes");
+    tcase_set_tags(tc, "variants"); /* tests/CMakeLists.txt: castle_variants */
+    tcase_set_timeout(tc, 600);     /* builds the GPU entry's causal forward */
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_causal_forward_shape);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

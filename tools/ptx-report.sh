@@ -30,7 +30,9 @@
 # family is assembled as the library assembles it (host/program.c): cl/local_memory.h,
 # cl/common.cl, then the family's file, with one -D option per parameter of castle.h's
 # CASTLE_TUNING_PARAMS (the backward family under bthreads and btm as threads and tm, the forward
-# under fthreads and fdchunk as threads and dchunk).
+# under fthreads and fdchunk as threads and dchunk); causal_forward is cl/causal.cl's forward kernel
+# alone (-DCC_FORWARD_ONLY) under the forward's parameters, the program the library runs it from where
+# they differ from threads and dchunk (the GPU entries).
 set -euo pipefail
 usage() { # [status]: 0 to stdout (--help), else to stderr
     local status=${1:-2}
@@ -128,8 +130,9 @@ else
     maxd=$(const CASTLE_MAX_HEAD_DIM "$root/lib/include/castle/castle.h")
     rows=$(const CASTLE_DECODE_ROWS "$root/host/causal.h")
     group=$(const CASTLE_DECODE_GROUP "$root/host/causal.h")
-    for family in forward backward causal cache; do
-        opts=()
+    for family in forward backward causal causal_forward cache; do
+        file=${family%_forward} opts=() # causal_forward: cl/causal.cl
+        if [ "$family" = causal_forward ]; then opts+=(-DCC_FORWARD_ONLY=1); fi
         for p in "${params[@]}"; do
             name=${p% *} macro=${p#* }
             v=$(value "$name")
@@ -137,16 +140,16 @@ else
             case $family/$name in
             backward/threads) v=$(value bthreads) ;;
             backward/tm) v=$(value btm) ;;
-            forward/threads) v=$(value fthreads) ;;
-            forward/dchunk) v=$(value fdchunk) ;;
+            forward/threads | causal_forward/threads) v=$(value fthreads) ;;
+            forward/dchunk | causal_forward/dchunk) v=$(value fdchunk) ;;
             esac
             opts+=("-D$macro=$v")
         done
         dclass=$maxd
-        if [ "$(value accum)" = 2 ] && { [ "$family" = causal ] || [ "$family" = cache ]; }; then
+        if [ "$(value accum)" = 2 ] && [ "$family" != forward ] && [ "$family" != backward ]; then
             dclass=$class
         fi
-        cat "$root/cl/local_memory.h" "$root/cl/common.cl" "$root/cl/$family.cl" >"$work/$family.cl"
+        cat "$root/cl/local_memory.h" "$root/cl/common.cl" "$root/cl/$file.cl" >"$work/$family.cl"
         # OpenCL C's plain `inline` is C99's: clang may leave a call to it unresolved; the drivers inline
         "$clang" -x cl -cl-std=CL1.2 -target nvptx64--nvidiacl -Xclang -mlink-builtin-bitcode -Xclang "$clc" \
             -Xclang -finclude-default-header -O3 -S "-Dinline=__attribute__((always_inline)) inline" \
@@ -165,7 +168,7 @@ if [ -n "$nostack" ]; then
         if [ -z "$line" ]; then
             echo "ptx-report.sh: no kernel $k" >&2
             status=1
-        elif ! grep -q "stack=0 " <<<"$line"; then
+        elif grep -qv "stack=0 " <<<"$line"; then # every program that has the kernel
             echo "ptx-report.sh: $k has a stack frame: $line" >&2
             status=1
         fi

@@ -154,16 +154,16 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
    CPU mapping is tm = 4, tn = 1 with 16-wide vectors and decode = stage = 1 (prefetch = 1 on PoCL),
    its backward on 16 work-items,
    the GPU mapping tm = 2, tn = 1 with 4-wide vectors, 64 work-items and decode = stage = 2, its
-   forward on 128 work-items staging 32 columns (fthreads, fdchunk), its backward btm = 1 on 128
-   work-items.
+   forwards (CASTLE's and the causal baseline's) on 128 work-items staging 32 columns (fthreads,
+   fdchunk), its backward btm = 1 on 128 work-items.
    Constraints: each value a power of two in the range below (fold: any integer in it), 0 where
    "0 = derive" is said; threads a multiple of block, at most the device's work-group size, with
    threads x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector
    dividing block and dchunk; the same for the CASTLE backward's bthreads and btm in place of threads
    and tm, except that bthreads may also be smaller than block (the backward may take its own
    work-group and micro-tile rows: block, dchunk, vector and tn, which fix the workspace and the
-   staging, are shared), and for the CASTLE forward's fthreads and fdchunk in place of threads and
-   dchunk (its own work-group size and d chunk); the local memory each family of kernels needs must
+   staging, are shared), and for the forwards' fthreads and fdchunk in place of threads and dchunk
+   (their own work-group size and d chunk); the local memory each family of kernels needs must
    fit the device's; decode = 2 needs work-groups of 128 work-items.
 
    The parameters, in struct order, declared once: X(field, kernel macro or NULL, smallest value,
@@ -205,10 +205,10 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
       "for every d (CPUs); 2 = registers, a program per head-dimension class (d up to 64, 128, 256), "       \
       "and the CASTLE backward's micro-tile loops unrolled too (GPUs) (0: as decode)")                    \
     X(fthreads, NULL, 8, 1024, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                  \
-      "work-items per work-group of the CASTLE forward's kernels (0: threads)")                             \
+      "work-items per work-group of the forward kernels, CASTLE's and the causal baseline's (0: threads)")  \
     X(fdchunk, "FDT", 4, 64, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                    \
-      "columns of d the CASTLE forward's kernels stage through local memory per step, and the CASTLE "     \
-      "backward's chunks where it recomputes the forward's products (0: dchunk)")
+      "columns of d the forward kernels (CASTLE's and the causal baseline's) stage through local memory "  \
+      "per step, and the CASTLE backward's chunks where it recomputes the forward's products (0: dchunk)")
 typedef struct castle_tuning {
     size_t struct_size; /* sizeof(castle_tuning); castle_context_get_tuning sets it */
 #define CASTLE_TUNING_FIELD_(field, macro, lo, hi, flags, help) unsigned field;
