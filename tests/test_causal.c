@@ -327,6 +327,42 @@ START_TEST(test_head_dim_classes)
 }
 END_TEST
 
+/* The causal forward comes from a program of its own where the forwards' shape (fthreads, fdchunk)
+   differs from the rest's (host/program.c, CASTLE_FAMILY_CAUSAL_FORWARD): under a tuning whose
+   forwards take fewer work-items and a narrower d chunk than the rest (64 / 8 against 128 / 32, the
+   last tuning of test_forward's table; the GPU entry's 128 / 32 against 64 / 16 runs in
+   test_head_dim_classes), every quick forward and decode case of the table passes, the decode's
+   block-kernel chunks (5 rows: keys split among work-groups, partials merged by the rest's
+   castle_causal_combine) included. */
+START_TEST(test_forward_own_shape)
+{
+    const castle_tuning t = {.struct_size = sizeof(castle_tuning), .block = 32, .threads = 128, .dchunk = 32,
+                             .vector = 4, .tm = 1, .tn = 1, .bthreads = 32, .btm = 4, .fthreads = 64, .fdchunk = 8};
+    castle_context *cx = NULL;
+    ck_assert_msg(castle_context_create_default(NULL, &cx) == CASTLE_SUCCESS, "%s", castle_last_error());
+    const castle_status st = castle_context_set_tuning(cx, &t);
+    if (st == CASTLE_ERR_BAD_TUNING && strstr(castle_last_error(), "local memory")) { /* said, not hidden */
+        fprintf(stderr, "test_forward_own_shape: the tuning does not fit this device: %s\n", castle_last_error());
+        castle_context_destroy(cx);
+        return;
+    }
+    ck_assert_msg(st == CASTLE_SUCCESS, "%s", castle_last_error());
+    static const conf_op ops[] = {CONF_CAUSAL_FORWARD, CONF_CAUSAL_DECODE};
+    int ran = 0;
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; ++o)
+        for (size_t i = 0; i < conf_ncases(ops[o]); ++i) {
+            if (!conf_is_quick(ops[o], i))
+                continue;
+            conf_result r;
+            const castle_status rs = conf_run(cx, ops[o], i, &r);
+            ck_assert_msg(rs == CASTLE_SUCCESS && r.pass, "%s %s: %s", conf_op_names[ops[o]], r.what, r.why);
+            ++ran;
+        }
+    ck_assert_int_ge(ran, 8);
+    castle_context_destroy(cx);
+}
+END_TEST
+
 /* The window is ignored (causal attention has no lookahead): bitwise the same outputs. */
 START_TEST(test_forward_window_ignored)
 {
@@ -849,6 +885,7 @@ Suite *causal_suite(void)
     tcase_set_tags(tc, "variants"); /* tests/CMakeLists.txt: castle_variants */
     tcase_set_timeout(tc, 1200); /* three classes built cold, beside other suites (ctest -j) */
     tcase_add_loop_test(tc, test_head_dim_classes, 0, 3);
+    tcase_add_test(tc, test_forward_own_shape);
     suite_add_tcase(s, tc);
     tc = tcase_create("api");
     tcase_add_test(tc, test_cache_api);
