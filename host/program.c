@@ -13,12 +13,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const family_files[CASTLE_FAMILY_COUNT] = {
-    [CASTLE_FAMILY_FORWARD] = "forward.cl",
-    [CASTLE_FAMILY_BACKWARD] = "backward.cl",
-    [CASTLE_FAMILY_CACHE] = "cache.cl",
-    [CASTLE_FAMILY_CAUSAL] = "causal.cl",
-    [CASTLE_FAMILY_CAUSAL_FORWARD] = "causal.cl",
+/* What distinguishes the families, declared once: the kernel file, the shape the kernels run under
+   (castle__family_tuning), whether accum = 2 builds them per head-dimension class
+   (castle__head_dim_class), and a build option of the family's own. */
+typedef enum family_shape { SHAPE_REST, SHAPE_BACKWARD, SHAPE_FORWARD } family_shape;
+static const struct family_info {
+    const char *file;
+    family_shape shape;
+    bool per_class;
+    const char *option;
+} families[CASTLE_FAMILY_COUNT] = {
+    [CASTLE_FAMILY_FORWARD] = {"forward.cl", SHAPE_FORWARD, false, ""},
+    [CASTLE_FAMILY_BACKWARD] = {"backward.cl", SHAPE_BACKWARD, false, ""},
+    [CASTLE_FAMILY_CACHE] = {"cache.cl", SHAPE_REST, true, ""},
+    [CASTLE_FAMILY_CAUSAL] = {"causal.cl", SHAPE_REST, true, ""},
+    /* the forward kernel alone: the others need the rest's shape */
+    [CASTLE_FAMILY_CAUSAL_FORWARD] = {"causal.cl", SHAPE_FORWARD, true, " -DCC_FORWARD_ONLY=1"},
 };
 
 /* Reads cl/<name> into *out (malloc'd): from $CASTLE_CL_DIR when it is set, where a missing or
@@ -67,10 +77,10 @@ static castle_status load_source(const char *name, char **out)
 castle_tuning castle__family_tuning(castle_family f, const castle_tuning *t)
 {
     castle_tuning v = *t;
-    if (f == CASTLE_FAMILY_BACKWARD) {
+    if (families[f].shape == SHAPE_BACKWARD) {
         v.threads = t->bthreads;
         v.tm = t->btm;
-    } else if (f == CASTLE_FAMILY_FORWARD || f == CASTLE_FAMILY_CAUSAL_FORWARD) {
+    } else if (families[f].shape == SHAPE_FORWARD) {
         v.threads = t->fthreads;
         v.dchunk = t->fdchunk;
     }
@@ -84,7 +94,7 @@ castle_family castle__causal_forward_family(const castle_tuning *t)
 
 int castle__head_dim_class(castle_family f, const castle_tuning *t, size_t d)
 {
-    if (t->accum != 2 || (f != CASTLE_FAMILY_CAUSAL && f != CASTLE_FAMILY_CAUSAL_FORWARD && f != CASTLE_FAMILY_CACHE))
+    if (t->accum != 2 || !families[f].per_class)
         return CASTLE_MAX_HEAD_DIM;
     int c = 64;
     while ((size_t)c < d && c < CASTLE_MAX_HEAD_DIM)
@@ -102,7 +112,7 @@ castle_status castle__program_source(castle_family f, const castle_tuning *tunin
     if (st == CASTLE_SUCCESS)
         st = load_source("local_memory.h", &sizes);
     if (st == CASTLE_SUCCESS)
-        st = load_source(family_files[f], &body);
+        st = load_source(families[f].file, &body);
     static const char prelude[] = "/* libcastle */\n";
     if (st != CASTLE_SUCCESS) {
         free(sizes);
@@ -119,7 +129,7 @@ castle_status castle__program_source(castle_family f, const castle_tuning *tunin
         free(body);
         free(src);
         free(opt);
-        return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "out of host memory assembling %s", family_files[f]);
+        return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "out of host memory assembling %s", families[f].file);
     }
     snprintf(src, n, "%s%s\n%s\n%s", prelude, sizes, common, body);
     /* one -D option per kernel macro of castle.h's CASTLE_TUNING_PARAMS */
@@ -130,12 +140,9 @@ castle_status castle__program_source(castle_family f, const castle_tuning *tunin
             used += (size_t)snprintf(opt + used, OPT_BYTES - used, " -D%s=%u", p->macro, castle__tuning_get(t, p));
     }
     /* then the constants the kernels share with the host (defined once, in C) */
-    used += (size_t)snprintf(
-        opt + used, OPT_BYTES - used,
-        " -DCASTLE_MAX_HEAD_DIM=%d -DCASTLE_HEAD_DIM_CLASS=%d -DCASTLE_DECODE_ROWS=%d -DCASTLE_DECODE_GROUP=%d",
-        CASTLE_MAX_HEAD_DIM, dclass, CASTLE_DECODE_ROWS, CASTLE_DECODE_GROUP);
-    if (f == CASTLE_FAMILY_CAUSAL_FORWARD) /* the forward kernel alone: the others need the rest's shape */
-        snprintf(opt + used, OPT_BYTES - used, " -DCC_FORWARD_ONLY=1");
+    snprintf(opt + used, OPT_BYTES - used,
+             " -DCASTLE_MAX_HEAD_DIM=%d -DCASTLE_HEAD_DIM_CLASS=%d -DCASTLE_DECODE_ROWS=%d -DCASTLE_DECODE_GROUP=%d%s",
+             CASTLE_MAX_HEAD_DIM, dclass, CASTLE_DECODE_ROWS, CASTLE_DECODE_GROUP, families[f].option);
     free(sizes);
     free(common);
     free(body);
@@ -248,7 +255,7 @@ static castle_status make_program(castle_context *ctx, castle_family f, const ca
                 clReleaseProgram(prog);
                 prog = NULL;
                 st = castle__fail(CASTLE_ERR_BUILD_FAILED,
-                                  "building %s with '%s' failed (OpenCL %d); see castle_build_log()", family_files[f],
+                                  "building %s with '%s' failed (OpenCL %d); see castle_build_log()", families[f].file,
                                   opt, (int)err);
             } else {
                 to_cache(prog, key, nkey);
