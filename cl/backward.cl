@@ -53,17 +53,19 @@
 /* FU, FUC, FUPT, FUPC: common.cl. */
 
 /* Local memory: eight BLK x BLK matrices (row stride BLK), seven BLK x DT tiles (row-major,
-   t[r * DT + c], or k-major, t[c * BLK + r]: stage_tile), Delta and lse of the rows; phases A, B
-   and D2 lay wider tiles over the matrices they do not keep (BW_WA, BW_WB, BW_WD2 below). */
+   t[r * DT + c], or k-major, t[c * BLK + r]: stage_tile), Delta and lse of the rows; phases A, B,
+   D1 and D2 lay wider tiles over the matrices they do not keep (BW_WA, BW_WB, BW_WD1, BW_WD2 below). */
 #define BW_ROWS ((BLK + NT - 1) / NT) /* rows of Delta and lse per work-item (1 when NT >= BLK) */
 #define BW_MATS 8 /* the matrices come first (CASTLE_LM_BACKWARD counts the same parts) */
 #define LM_BW CASTLE_LM_BACKWARD(BLK, DT) /* local_memory.h: the host checks the same formula */
 /* Columns of d staged per step, phase by phase: the phases that keep fewer matrices stage wider
    tiles in the room the others leave, so that d takes fewer steps (and barriers).  Phase A (four
    tiles, before any matrix is written) has the matrices' area and the tiles' (BW_AREA); phase B
-   (seven tiles beside Gt, Yt, G and Y, M0-M3) the area from M4 on; phase D1 (six tiles, all eight
-   matrices live) the tiles' area, DT columns; phase D2 (two tiles beside dZ and dZt, M1 and M4) the
-   area from M5 on.
+   (seven tiles beside Gt, Yt, G and Y, M0-M3) the area from M4 on; phase D1 (five tiles beside six
+   of the matrices: dSU and dSUt are not read at the diagonal, Y and dYt not elsewhere) BLK columns
+   where two tiles fit in those two matrices' places and three in the tiles' area (BW_D1_WIDE), else
+   the tiles' area, DT columns; phase D2 (two tiles beside dZ and dZt, M1 and M4) the area from M5
+   on.
    FDT is the CASTLE forward's d chunk (tuning fdchunk, a -D option of every family's program; this
    one's DT is the backward's dchunk): the forward's products over d add FDT terms per mt_product
    call.  Phases A and B recompute some of them (the gate logits, QC KC^T, QC D^T), so they stage
@@ -82,6 +84,8 @@
     (BW_FIT(from, ntiles, BW_UNIT) > 0 ? BW_FIT(from, ntiles, BW_UNIT) : BW_FIT(from, ntiles, DT))
 #define BW_WA BW_WIDTH(0, 4)
 #define BW_WB BW_WIDTH(4 * BLK * BLK, 7)
+#define BW_D1_WIDE (DT < BLK && 7 * DT >= 3 * BLK)
+#define BW_WD1 (BW_D1_WIDE ? BLK : DT)
 #define BW_WD2 BW_FIT(5 * BLK * BLK, 2, DT)
 #define BW_CHUNK(w) ((w) % FDT == 0 ? FDT : DT)
 #define BW_CA BW_CHUNK(BW_WA)
@@ -168,9 +172,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __local float *sdAt = lm + 4 * BLK * BLK, *sdSU = lm + 5 * BLK * BLK, *sdSUt = lm + 6 * BLK * BLK;
     __local float *sdYt = lm + 7 * BLK * BLK;
     __local float *sP = sGt, *sdA = sYt, *sdY = sY, *sdZ = sYt, *sdZt = sdAt;
-    __local float *T0 = lm + BW_MATS * BLK * BLK, *T1 = T0 + BLK * DT, *T2 = T1 + BLK * DT;
-    __local float *T3 = T2 + BLK * DT, *T4 = T3 + BLK * DT, *T5 = T4 + BLK * DT, *T6 = T5 + BLK * DT;
-    __local float *sDelta = T6 + BLK * DT, *sLse = sDelta + BLK;
+    __local float *sDelta = lm + BW_AREA, *sLse = sDelta + BLK; /* after the matrices and the tiles */
 
     /* Per micro-tile m of a BLK x BLK product: the gate logits, then dG (rows s, columns j'); the
        gate G; the products QC KC^T, QC D^T, dO VC^T (rows t, columns s). */
@@ -431,85 +433,99 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     prefetch_rows(dku + tensor_offset(sdku, b, h, 0), sdku.z, t0, gate && !first_row ? L : 0, d);
     prefetch_rows(dqu + tensor_offset(sdqu, b, h, 0), sdqu.z, s0, gate && !first_col ? L : 0, d);
 
-    /* Phase D1: the d-wide products.  Row-major tiles: T0 QC[T_i], T1 KC[T_j], T2 dO[T_i], T3 VU[T_i],
-       T5 dD_j (gradient of D_j^(k+1); 0 at the first touch), T6 D_j^(k) (W, written in phase B). */
-    for (int c0 = 0;; c0 += DT) { /* d >= 1 */
-        stage_tile(T0, pqc, sqc.z, t0, L, c0, DT, d, false);
-        stage_tile(T1, pkc, skc.z, s0, L, c0, DT, d, false);
-        stage_tile(T2, pdo, sdo.z, t0, L, c0, DT, d, false);
+    /* Phase D1: the d-wide products, BW_WD1 columns of d per step (in slabs of DT: FUPC micro-tiles
+       each).  Row-major tiles: DQ QC[T_i], DK KC[T_j], DO dO[T_i], DV VU[T_i] at the diagonal and
+       D_j^(k) (W, written in phase B) elsewhere, DD dD_j (gradient of D_j^(k+1); 0 at the first
+       touch).  Under BW_D1_WIDE DQ and DK take the places of two matrices this phase does not read
+       (dSU and dSUt at the diagonal, Y and dYt elsewhere), the others the tiles' area. */
+    __local float *DQ, *DK, *DO, *DV, *DD;
+    {
+        __local float *t = lm + BW_MATS * BLK * BLK, *t1 = t + BLK * BW_WD1;
+        DQ = BW_D1_WIDE ? lm + (diag ? 5 : 3) * BLK * BLK : t;
+        DK = BW_D1_WIDE ? lm + (diag ? 6 : 7) * BLK * BLK : t1;
+        DO = BW_D1_WIDE ? t : t1 + BLK * BW_WD1;
+        DV = DO + BLK * BW_WD1;
+        DD = DV + BLK * BW_WD1;
+    }
+    for (int c0 = 0;; c0 += BW_WD1) { /* d >= 1 */
+        const int cols = min(BW_WD1, BW_PAD(DT) - c0);
+        stage_cols(DQ, BLK, BW_WD1, pqc, sqc.z, t0, L, c0, cols, d, false);
+        stage_cols(DK, BLK, BW_WD1, pkc, skc.z, s0, L, c0, cols, d, false);
+        stage_cols(DO, BLK, BW_WD1, pdo, sdo.z, t0, L, c0, cols, d, false);
         if (diag)
-            stage_tile(T3, pvu, svu.z, t0, L, c0, DT, d, false);
-        if (k > 0)
-            stage_tile(T6, Whi, (ulong)d, s0, L, c0, DT, d, false);
+            stage_cols(DV, BLK, BW_WD1, pvu, svu.z, t0, L, c0, cols, d, false);
+        else
+            stage_cols(DV, BLK, BW_WD1, Whi, (ulong)d, s0, L, c0, cols, d, false);
         if (first_col) {
-            for (int e = lid; e < BLK * DT; e += NT)
-                T5[e] = 0.0f;
+            for (int e = lid; e < BLK * BW_WD1; e += NT)
+                DD[e] = 0.0f;
         } else {
-            stage_tile(T5, dD, (ulong)d, s0, L, c0, DT, d, false);
+            stage_cols(DD, BLK, BW_WD1, dD, (ulong)d, s0, L, c0, cols, d, false);
         }
         /* global fence too: below, other work-items overwrite the dD_j entries just read */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
-            const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
-            /* row block i, rows t: dQC = dA KC + dSU D^T + dY VU; rows j': dVU = G^T dD + sc dY^T QC
-               (the dY terms at k = 0 only, for all the row block's pairs: phase C) */
-            vfloat vq[MT_ACC], vv[MT_ACC], w[MT_ACC];
-            mt_zero(vq);
-            mt_zero(vv);
-            if (diag)
-                mt_product_lower(vq, MT_AM(sdA, sdAt, row0), T1 + col0, DT, row0);
-            else
-                mt_product(vq, MT_AM(sdA, sdAt, row0), T1 + col0, DT, BLK);
-            if (k > 0)
-                mt_product(vq, MT_AM(sdSU, sdSUt, row0), T6 + col0, DT, BLK);
-            if (diag) /* dY: the whole row block's (phase C) */
-                mt_product_lower(vq, MT_AM(sdY, sdYt, row0), T3 + col0, DT, row0);
-            if (gate) {
-                if (W) /* G[s][j'] = 0 unless j' - W <= s < j' */
-                    mt_product_band(vv, sG + row0, BLK, T5 + col0, DT, row0, kb - Wb, kb);
-                else if (diag)
-                    mt_product_below(vv, sG + row0, BLK, T5 + col0, DT, row0);
+        for (int c = 0; c < cols; c += DT) /* the micro-tiles of each BLK x DT slab */
+            ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
+                const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = c + MT_COL0(u, DT);
+                /* row block i, rows t: dQC = dA KC + dSU D^T + dY VU; rows j': dVU = G^T dD + sc dY^T QC
+                   (the dY terms at k = 0 only, for all the row block's pairs: phase C) */
+                vfloat vq[MT_ACC], vv[MT_ACC], w[MT_ACC];
+                mt_zero(vq);
+                mt_zero(vv);
+                if (diag)
+                    mt_product_lower(vq, MT_AM(sdA, sdAt, row0), DK + col0, BW_WD1, row0);
                 else
-                    mt_product(vv, sG + row0, BLK, T5 + col0, DT, BLK);
-            }
-            if (diag) {
-                mt_zero(w);
-                mt_product_from(w, sdY + row0, BLK, T0 + col0, DT, row0, 0, 0, false, lane);
-                ACC_UNROLL for (int e = 0; e < MT_ACC; ++e)
-                    vv[e] += sc * w[e];
-            }
-            ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-                const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
-                const int t = t0 + rr;
-                if (t < L && gc < d) {
-                    const int n = min(VW, d - gc);
-                    accumulate(dqc + tensor_offset(sdqc, b, h, t) + gc, n, first_row, sc * vq[e]);
-                    accumulate(dvu + tensor_offset(sdvu, b, h, t) + gc, n, first_row, vv[e]);
+                    mt_product(vq, MT_AM(sdA, sdAt, row0), DK + col0, BW_WD1, BLK);
+                if (k > 0)
+                    mt_product(vq, MT_AM(sdSU, sdSUt, row0), DV + col0, BW_WD1, BLK);
+                if (diag) /* dY: the whole row block's (phase C) */
+                    mt_product_lower(vq, MT_AM(sdY, sdYt, row0), DV + col0, BW_WD1, row0);
+                if (gate) {
+                    if (W) /* G[s][j'] = 0 unless j' - W <= s < j' */
+                        mt_product_band(vv, sG + row0, BLK, DD + col0, BW_WD1, row0, kb - Wb, kb);
+                    else if (diag)
+                        mt_product_below(vv, sG + row0, BLK, DD + col0, BW_WD1, row0);
+                    else
+                        mt_product(vv, sG + row0, BLK, DD + col0, BW_WD1, BLK);
+                }
+                if (diag) {
+                    mt_zero(w);
+                    mt_product_from(w, sdY + row0, BLK, DQ + col0, BW_WD1, row0, 0, 0, false, lane);
+                    ACC_UNROLL for (int e = 0; e < MT_ACC; ++e)
+                        vv[e] += sc * w[e];
+                }
+                ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
+                    const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
+                    const int t = t0 + rr;
+                    if (t < L && gc < d) {
+                        const int n = min(VW, d - gc);
+                        accumulate(dqc + tensor_offset(sdqc, b, h, t) + gc, n, first_row, sc * vq[e]);
+                        accumulate(dvu + tensor_offset(sdvu, b, h, t) + gc, n, first_row, vv[e]);
+                    }
+                }
+                /* column block j, rows s: dVC = P^T dO, dKC = sc dA^T QC, dD_j += sc dSU^T QC (t >= s) */
+                vfloat vc_[MT_ACC];
+                mt_zero(vc_);
+                mt_zero(vq);
+                mt_zero(vv);
+                mt_product_from(vc_, sP + row0, BLK, DO + col0, BW_WD1, row0, diag ? 0 : -1, 0, false, lane);
+                mt_product_from(vq, sdA + row0, BLK, DQ + col0, BW_WD1, row0, diag ? 0 : -1, 0, false, lane);
+                if (k > 0)
+                    mt_product(vv, sdSU + row0, BLK, DQ + col0, BW_WD1, BLK);
+                ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
+                    const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW, gc = c0 + cv;
+                    const int s = s0 + rr;
+                    if (s < L && gc < d) {
+                        const int n = min(VW, d - gc);
+                        accumulate(dvc + tensor_offset(sdvc, b, h, s) + gc, n, first_col, vc_[e]);
+                        accumulate(dkc + tensor_offset(sdkc, b, h, s) + gc, n, first_col, sc * vq[e]);
+                        if (k > 0) /* the gradient of D_j^(k), for iteration k - 1 */
+                            gstore_part(VLOAD(DD + rr * BW_WD1 + cv) + sc * vv[e], dD + (ulong)s * d + gc, n);
+                    }
                 }
             }
-            /* column block j, rows s: dVC = P^T dO, dKC = sc dA^T QC, dD_j += sc dSU^T QC (t >= s) */
-            vfloat vc_[MT_ACC];
-            mt_zero(vc_);
-            mt_zero(vq);
-            mt_zero(vv);
-            mt_product_from(vc_, sP + row0, BLK, T2 + col0, DT, row0, diag ? 0 : -1, 0, false, lane);
-            mt_product_from(vq, sdA + row0, BLK, T0 + col0, DT, row0, diag ? 0 : -1, 0, false, lane);
-            if (k > 0)
-                mt_product(vv, sdSU + row0, BLK, T0 + col0, DT, BLK);
-            ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-                const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW, gc = c0 + cv;
-                const int s = s0 + rr;
-                if (s < L && gc < d) {
-                    const int n = min(VW, d - gc);
-                    accumulate(dvc + tensor_offset(sdvc, b, h, s) + gc, n, first_col, vc_[e]);
-                    accumulate(dkc + tensor_offset(sdkc, b, h, s) + gc, n, first_col, sc * vq[e]);
-                    if (k > 0) /* the gradient of D_j^(k), for iteration k - 1 */
-                        gstore_part(VLOAD(T5 + rr * DT + cv) + sc * vv[e], dD + (ulong)s * d + gc, n);
-                }
-            }
-        }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (c0 + DT >= d)
+        if (c0 + BW_WD1 >= d)
             break;
     }
 
