@@ -23,8 +23,10 @@
 #endif
 
 /* Mapping: the forward's (common.cl, "Register micro-tiles").  Every product of a block pair is
-   split into micro-tiles of TM rows x TN vectors of VW columns, BLK x BLK products and BLK x DT slabs
-   of d-wide outputs alike; work-item lid owns micro-tiles lid + m NT.  NT may be smaller than BLK
+   split into micro-tiles of TM rows x TN vectors of VW columns, BLK x BLK products and BLK x BW_SL
+   slabs of d-wide outputs alike (BW_SL: DT, or wider where DT would leave a work-item without a
+   micro-tile, as 2 x 4 tiles on 128 work-items of a 32 x 16 slab would); work-item lid owns
+   micro-tiles lid + m NT.  NT may be smaller than BLK
    (the CPU entries' bthreads = 16: PoCL keeps a copy per work-item of each value that lives across
    a barrier, so fewer work-items with more micro-tiles each carry less): the per-row work (Delta,
    lse) takes rows lid + q NT, q < BW_ROWS, its sums in registers as before (summed in local
@@ -50,7 +52,7 @@
    code after a barrier that a branch may skip (barrier tail replication), which made the kernel's
    compile several times longer; the work a block pair does not need is skipped between the barriers
    instead. */
-/* FU, FUC, FUPT, FUPC: common.cl. */
+/* FU, FUPT: common.cl. */
 
 /* Local memory: eight BLK x BLK matrices (row stride BLK), seven BLK x DT tiles (row-major,
    t[r * DT + c], or k-major, t[c * BLK + r]: stage_tile), Delta and lse of the rows; phases A, B,
@@ -78,15 +80,20 @@
 #error "backward.cl: FDT (the forward's d chunk, tuning fdchunk) comes from the host (-D)"
 #endif
 #define BW_AREA (BW_MATS * BLK * BLK + 7 * BLK * DT)
-#define BW_UNIT (FDT > DT ? FDT : DT)
+#define BW_SL CASTLE_BW_SLAB(BLK, DT, NT, TM, MT_COLS) /* local_memory.h: DT, or wider for bigger tiles */
+#define BW_D1_WIDE CASTLE_BW_D1_WIDE(BLK, DT)
+#if BW_SL > DT && !BW_D1_WIDE
+#error "backward.cl: a slab wider than DT needs phase D1's wide step (host/tuning.c refuses such a shape)"
+#endif
+#define BW_FUPS (CASTLE_MT_TILES(BLK, BW_SL, TM, MT_COLS) / NT) /* a work-item's micro-tiles of a slab */
+#define BW_UNIT CASTLE_LM_MAX_(CASTLE_LM_MAX_(FDT, DT), BW_SL)
 #define BW_FIT(from, ntiles, u) ((BW_AREA - (from)) / ((ntiles) * BLK) / (u) * (u))
 #define BW_WIDTH(from, ntiles) \
-    (BW_FIT(from, ntiles, BW_UNIT) > 0 ? BW_FIT(from, ntiles, BW_UNIT) : BW_FIT(from, ntiles, DT))
+    (BW_FIT(from, ntiles, BW_UNIT) > 0 ? BW_FIT(from, ntiles, BW_UNIT) : BW_FIT(from, ntiles, BW_SL))
 #define BW_WA BW_WIDTH(0, 4)
 #define BW_WB BW_WIDTH(4 * BLK * BLK, 7)
-#define BW_D1_WIDE (DT < BLK && 7 * DT >= 3 * BLK)
 #define BW_WD1 (BW_D1_WIDE ? BLK : DT)
-#define BW_WD2 BW_FIT(5 * BLK * BLK, 2, DT)
+#define BW_WD2 BW_FIT(5 * BLK * BLK, 2, BW_SL)
 #define BW_CHUNK(w) ((w) % FDT == 0 ? FDT : DT)
 #define BW_CA BW_CHUNK(BW_WA)
 #define BW_CB BW_CHUNK(BW_WB)
@@ -259,7 +266,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __local float *B0 = lm + 4 * BLK * BLK, *B1 = B0 + BLK * BW_WB, *B2 = B1 + BLK * BW_WB, *B3 = B2 + BLK * BW_WB;
     __local float *B4 = B3 + BLK * BW_WB, *B5 = B4 + BLK * BW_WB, *B6 = B5 + BLK * BW_WB;
     for (int c0 = 0;; c0 += BW_WB) { /* d >= 1 */
-        const int cols = min(BW_WB, BW_PAD(BW_CB) - c0);
+        const int cols = min(BW_WB, BW_PAD(CASTLE_LM_MAX_(BW_CB, BW_SL)) - c0);
         stage_cols_a(B0, BLK, BW_WB, xqc, pqc, sqc.z, i, L, c0, cols, d);
         stage_tile_t(B1, BLK, xkc, j, c0, cols, d);
         stage_cols_a(B2, BLK, BW_WB, xdo, pdo, sdo.z, i, L, c0, cols, d);
@@ -270,9 +277,9 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             stage_cols(B5, BLK, BW_WB, pvu, svu.z, t0, L, c0, cols, d, false);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k > 0)
-            for (int c = 0; c < cols; c += DT) /* the micro-tiles of each BLK x DT slab */
-                ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
-                    const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
+            for (int c = 0; c < cols; c += BW_SL) /* the micro-tiles of each BLK x BW_SL slab */
+                ACC_UNROLL for (int m = 0; m < BW_FUPS; ++m) {
+                    const int u = lid + m * NT, row0 = MT_ROW0(u, BW_SL), col0 = MT_COL0(u, BW_SL);
                     vfloat dv[MT_ACC];
                     mt_zero(dv);
                     if (gate) /* the forward's D update G[T_j,T_i] VU[T_i] */
@@ -433,8 +440,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     prefetch_rows(dku + tensor_offset(sdku, b, h, 0), sdku.z, t0, gate && !first_row ? L : 0, d);
     prefetch_rows(dqu + tensor_offset(sdqu, b, h, 0), sdqu.z, s0, gate && !first_col ? L : 0, d);
 
-    /* Phase D1: the d-wide products, BW_WD1 columns of d per step (in slabs of DT: FUPC micro-tiles
-       each).  Row-major tiles: DQ QC[T_i], DK KC[T_j], DO dO[T_i], DV VU[T_i] at the diagonal and
+    /* Phase D1: the d-wide products, BW_WD1 columns of d per step (in slabs of BW_SL: BW_FUPS
+       micro-tiles each).  Row-major tiles: DQ QC[T_i], DK KC[T_j], DO dO[T_i], DV VU[T_i] at the diagonal and
        D_j^(k) (W, written in phase B) elsewhere, DD dD_j (gradient of D_j^(k+1); 0 at the first
        touch).  Under BW_D1_WIDE DQ and DK take the places of two matrices this phase does not read
        (dSU and dSUt at the diagonal, Y and dYt elsewhere), the others the tiles' area. */
@@ -448,7 +455,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         DD = DV + BLK * BW_WD1;
     }
     for (int c0 = 0;; c0 += BW_WD1) { /* d >= 1 */
-        const int cols = min(BW_WD1, BW_PAD(DT) - c0);
+        const int cols = min(BW_WD1, BW_PAD(BW_SL) - c0);
         stage_cols(DQ, BLK, BW_WD1, pqc, sqc.z, t0, L, c0, cols, d, false);
         stage_cols(DK, BLK, BW_WD1, pkc, skc.z, s0, L, c0, cols, d, false);
         stage_cols(DO, BLK, BW_WD1, pdo, sdo.z, t0, L, c0, cols, d, false);
@@ -464,9 +471,9 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         }
         /* global fence too: below, other work-items overwrite the dD_j entries just read */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        for (int c = 0; c < cols; c += DT) /* the micro-tiles of each BLK x DT slab */
-            ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
-                const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = c + MT_COL0(u, DT);
+        for (int c = 0; c < cols; c += BW_SL) /* the micro-tiles of each BLK x BW_SL slab */
+            ACC_UNROLL for (int m = 0; m < BW_FUPS; ++m) {
+                const int u = lid + m * NT, row0 = MT_ROW0(u, BW_SL), col0 = c + MT_COL0(u, BW_SL);
                 /* row block i, rows t: dQC = dA KC + dSU D^T + dY VU; rows j': dVU = G^T dD + sc dY^T QC
                    (the dY terms at k = 0 only, for all the row block's pairs: phase C) */
                 vfloat vq[MT_ACC], vv[MT_ACC], w[MT_ACC];
@@ -550,15 +557,15 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     const bool d2 = gate || first_row || first_col; /* anything to add or to initialise */
     __local float *E0 = lm + 5 * BLK * BLK, *E1 = E0 + BLK * BW_WD2; /* QU[T_j], KU[T_i] row-major */
     for (int c0 = 0;; c0 += BW_WD2) { /* d >= 1 */
-        const int cols = min(BW_WD2, BW_PAD(DT) - c0);
+        const int cols = min(BW_WD2, BW_PAD(BW_SL) - c0);
         if (gate) {
             stage_cols(E0, BLK, BW_WD2, pqu, squ.z, s0, L, c0, cols, d, false);
             stage_cols(E1, BLK, BW_WD2, pku, sku.z, t0, L, c0, cols, d, false);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int c = 0; c < cols && d2; c += DT)
-            for (int m = 0; m < FUPC; ++m) {
-                const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = c + MT_COL0(u, DT);
+        for (int c = 0; c < cols && d2; c += BW_SL)
+            for (int m = 0; m < BW_FUPS; ++m) {
+                const int u = lid + m * NT, row0 = MT_ROW0(u, BW_SL), col0 = c + MT_COL0(u, BW_SL);
                 vfloat vk[MT_ACC], vq[MT_ACC];
                 mt_zero(vk);
                 mt_zero(vq);

@@ -31,6 +31,9 @@
 #if (NT % BLK) != 0 || ((BLK * BLK) % NT) != 0 || ((BLK * DT) % NT) != 0 || NT < BLK
 #error "cache.cl: NT must be a multiple of BLK that divides BLK*BLK and BLK*DT"
 #endif
+#if !CASTLE_CHECK_FUC
+#error "cache.cl: NT x TM x TN x VW must divide BLK*DT (common.cl FUPC)"
+#endif
 
 /* Shared with the C host, defined once there and passed as -D options (host/program.c). */
 #ifndef CASTLE_MAX_HEAD_DIM

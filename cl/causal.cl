@@ -50,6 +50,9 @@
 #if (NT % BLK) != 0 || ((BLK * BLK) % NT) != 0 || NT < BLK
 #error "causal.cl: NT must be a multiple of BLK that divides BLK*BLK"
 #endif
+#if !CASTLE_CHECK_FUC
+#error "causal.cl: NT x TM x TN x VW must divide BLK*DT (common.cl FUPC)"
+#endif
 
 /* Work-group size CC_NT of the kernels off the micro-tiles (decode, combine, append; the forward and
    backward kernels run NT).  On SIMD CPUs (decode mapping 1, DEC) fewer, wider work-items are faster:

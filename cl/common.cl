@@ -206,12 +206,14 @@ inline vfloat lane_index(void)
 #error "TM must divide BLK, TN x VW must divide BLK and DT"
 #endif
 /* Micro-tiles of a BLK x BLK product and of a BLK x DT slab of a d-wide output; work-item lid owns
-   micro-tiles lid + m NT of each (m < FUPT, m < FUPC). */
+   micro-tiles lid + m NT of each (m < FUPT, m < FUPC).  The families that use FUPC check that it is
+   whole (CASTLE_CHECK_FUC); backward.cl shares its d-wide products out in slabs of its own. */
 #define FU CASTLE_MT_TILES(BLK, BLK, TM, MT_COLS) /* local_memory.h */
 #define FUC CASTLE_MT_TILES(BLK, DT, TM, MT_COLS)
-#if (FU % NT) != 0 || (FUC % NT) != 0
-#error "NT x TM x TN x VW must divide BLK*BLK and BLK*DT"
+#if (FU % NT) != 0
+#error "NT x TM x TN x VW must divide BLK*BLK"
 #endif
+#define CASTLE_CHECK_FUC ((FUC % NT) == 0)
 #define FUPT (FU / NT)
 #define FUPC (FUC / NT)
 /* First row and first column of micro-tile u of a matrix with ncols columns (tiles row by row). */

@@ -39,6 +39,15 @@
    the nt work-items of a group share out (cl/common.cl's FUPT and FUPC; castle-tune's --max-tiles). */
 #define CASTLE_MT_TILES(rows, cols, tm, mc) (((rows) / (tm)) * ((cols) / (mc)))
 
+/* Nor these: cl/backward.cl's slab, the columns of d over which it shares out the micro-tiles of its
+   d-wide products (b rows each) among its nt work-items: the d chunk c, or where c gives them less
+   than one tm x mc micro-tile each, the width that gives them one, nt tm mc / b (powers of two).  A
+   slab wider than c needs the backward's phase D1 to take b columns per step, which it does where
+   five b x b tiles fit beside the matrices it reads (CASTLE_BW_D1_WIDE; then every phase's step is
+   at least b columns wide); host/tuning.c refuses a backward shape that needs it elsewhere. */
+#define CASTLE_BW_SLAB(b, c, nt, tm, mc) ((nt) * (tm) * (mc) / (b) > (c) ? (nt) * (tm) * (mc) / (b) : (c))
+#define CASTLE_BW_D1_WIDE(b, c) ((c) < (b) && 7 * (c) >= 3 * (b))
+
 /* The most any family needs: what a tuning must fit.  fc: the forwards' own d chunk (tuning
    fdchunk: the CASTLE and the causal forward); cl/cache.cl's prefill pass stays within
    CASTLE_LM_FORWARD(b, c). */

@@ -76,7 +76,9 @@ typedef struct tuning_entry {
    work-items 46.3 / 271.  The backward runs the last shape's 1 x 4 tiles on 128 work-items
    (bthreads, btm): with its loops rolled, as they are, that shape's backward took 91.3 ms in
    another run that day, so about 91 is expected beside the forward's 24.7 (not measured
-   together).  The forward runs on 128 work-items staging 32 columns of d (fthreads, fdchunk: one
+   together); 77.6 in the fourth GPU session.  Its 2 x 4 tiles on 128 work-items (btm = 2, which
+   share the d-wide products out over 32 x 32 slabs, CASTLE_BW_SLAB) halve its local loads per FMA
+   under Oclgrind, for more registers: not yet measured on a GPU (docs/performance.md).  The forward runs on 128 work-items staging 32 columns of d (fthreads, fdchunk: one
    2 x 4 tile of each product per work-item, two d steps instead of four; 23 KiB of local memory):
    on the H200 (2026-11-27, same shape, one run) 16.4 ms against 22.0 on the shared 64 / 16 (L = 1024
    1.40 against 1.82, L = 8192 59.5 against 80.9); 128 / 32 with tm = 1 took 23.0, 128 / 16 with
@@ -146,6 +148,16 @@ static bool tile_fits(const castle_tuning *t)
     const unsigned cols = t->tn * t->vector, unit = t->tm * cols;
     return b % t->tm == 0 && b % cols == 0 && c % cols == 0 && (b * b) % unit == 0 && (b * c) % unit == 0 &&
            ((b * b) / unit) % n == 0 && ((b * c) / unit) % n == 0;
+}
+
+/* The backward's shape (cl/backward.cl): whole micro-tiles per work-item of each block product and
+   of each slab of its d-wide products, CASTLE_BW_SLAB columns (local_memory.h): dchunk, or wider
+   where dchunk gives a work-item none, which needs the backward's wide phase D1. */
+static bool backward_fits(const castle_tuning *t)
+{
+    castle_tuning slab = *t;
+    slab.dchunk = CASTLE_BW_SLAB(t->block, t->dchunk, t->threads, t->tm, t->tn * t->vector);
+    return tile_fits(&slab) && (slab.dchunk == t->dchunk || CASTLE_BW_D1_WIDE(t->block, t->dchunk));
 }
 
 /* Whether every parameter is at most its largest value (castle.h): then tile_fits's products cannot
@@ -237,11 +249,12 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
                             "block*dchunk=%u",
                             n, t->tm, t->tn, v, b * b, b * c);
     const castle_tuning bw = castle__family_tuning(CASTLE_FAMILY_BACKWARD, t);
-    if (!tile_fits(&bw) || b % bw.tm) /* powers of two: bthreads is a multiple or a divisor of block */
+    if (!backward_fits(&bw)) /* powers of two: bthreads is a multiple or a divisor of block */
         return castle__fail(CASTLE_ERR_BAD_TUNING,
                             "tuning bthreads=%u x btm=%u (the backward's work-group and micro-tile rows) x tn=%u x "
-                            "vector=%u: btm must divide block=%u, and the product must divide block*block=%u and "
-                            "block*dchunk=%u",
+                            "vector=%u: btm must divide block=%u, the product must divide block*block=%u, and it must "
+                            "divide block*dchunk=%u unless 7 x dchunk >= 3 x block (the backward then shares its "
+                            "d-wide products out in wider slabs)",
                             bw.threads, bw.tm, t->tn, v, b, b * b, b * c);
     const castle_tuning fw = castle__family_tuning(CASTLE_FAMILY_FORWARD, t);
     if (fw.threads % b || !tile_fits(&fw))

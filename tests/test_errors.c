@@ -1372,6 +1372,12 @@ START_TEST(test_tuning_rejected)
         too_wide.threads = (unsigned)(max_wg * 2);
         too_wide_mention = "threads=";
     }
+    /* the backward on 2 x 4 tiles over 128 work-items needs 32 x 32 slabs of its d-wide products:
+       wider than dchunk = 8, which is under 3/7 of the block (CASTLE_BW_D1_WIDE) */
+    castle_tuning slab_narrow = tun_tile(32, 32, 4, 2, 1);
+    slab_narrow.dchunk = 8;
+    slab_narrow.bthreads = 128;
+    slab_narrow.btm = 2;
     typedef struct {
         castle_tuning t;
         const char *mention;
@@ -1409,6 +1415,7 @@ START_TEST(test_tuning_rejected)
         {TUN_WITH(accum, 3), "accum=3", "accum=3"},
         {tun_backward(64, 3), "btm=3", "btm=3"},
         {tun_backward(1024, 4), "bthreads=1024", "bthreads=1024 x btm=4 not dividing block*block"},
+        {slab_narrow, "bthreads=128", "bthreads=128 x btm=2 x vector=4 over block*dchunk=256, dchunk < 3/7 block"},
         {tun_forward(16, 32), "fthreads=16", "fthreads=16 < block=32"},
         {tun_forward(48, 32), "fthreads=48", "fthreads=48"},
         {tun_forward(64, 5), "fdchunk=5", "fdchunk=5"},
@@ -1434,6 +1441,15 @@ START_TEST(test_tuning_rejected)
     ck_assert_msg(got.bthreads == 8 && got.btm == 1, "bthreads=8, btm=1 read back as %u, %u", got.bthreads, got.btm);
     ck_assert_msg(got.fthreads == 16 && got.fdchunk == 16, "fthreads, fdchunk derived as %u, %u (threads, dchunk: 16, 16)",
                   got.fthreads, got.fdchunk);
+    /* the backward on slabs wider than dchunk (CASTLE_BW_SLAB: 32 work-items x 2 x 4 tiles over a
+       block of 16 need 16 columns, dchunk is 8, at least 3/7 of the block): accepted, 12 KiB */
+    castle_tuning slab = tun(16, 16, 8, 4, 0);
+    slab.tm = 2;
+    slab.tn = 1;
+    slab.bthreads = 32;
+    slab.btm = 2;
+    check_status(castle_context_set_tuning(ctx, &slab), CASTLE_SUCCESS, NULL, "set_tuning(a backward slab of 16 > dchunk=8)");
+    check_status(castle_context_set_tuning(ctx, &few), CASTLE_SUCCESS, NULL, "set_tuning(bthreads=8 < block=16)");
     /* the forward on its own work-group size and d chunk (fthreads=32 > threads, fdchunk=8 < dchunk) */
     castle_tuning own = few;
     own.fthreads = 32;

@@ -80,14 +80,17 @@ END_TEST
    kernel variant the tuner may pick is a correct one: the CPU mapping's vector widths (16, 8, 4; the
    CPU entries' 16 x 4 tiles run in every suite), scalar register tiles (1 x 1 on 1024 work-items,
    2 x 2, the former GPU entry, and 4 x 4), and the GPU entry, whose backward runs its own
-   work-group size and micro-tile rows (bthreads, btm) and its forward its own work-group size and d
-   chunk (fthreads, fdchunk: more than threads and dchunk there, fewer in the last row).  Both staging orders (stage 1 under
+   work-group size and micro-tile rows (bthreads, btm; also on 2 x 4 tiles, which take slabs of d
+   wider than dchunk) and its forward its own work-group size and d chunk (fthreads, fdchunk: more
+   than threads and dchunk there, fewer in the last row).  Both staging orders (stage 1 under
    vector > 1, stage 2 under decode = 2) and both accumulator kinds (accum 1 and 2, as derived)
    run, folded (fold = 1024) and not.  Each tuning costs a cold build of two programs (a minute or
    more on PoCL): the list keeps one of each kind. */
 #define TUNING(...) {.struct_size = sizeof(castle_tuning), __VA_ARGS__}
 static const castle_tuning tunings[] = {
-    TUNING(.block = 64, .threads = 64, .dchunk = 16, .vector = 16, .tm = 1, .tn = 1),
+    /* dchunk = 32: the backward's phase D1 takes 64 columns per step over two matrices' places,
+       read row-major under 16-wide vectors (BW_D1_WIDE, MT_AM_ROWS) */
+    TUNING(.block = 64, .threads = 64, .dchunk = 32, .vector = 16, .tm = 1, .tn = 1),
     TUNING(.block = 8, .threads = 8, .dchunk = 8, .vector = 8, .tm = 1, .tn = 1, .fold = 1024),
     TUNING(.block = 32, .threads = 1024, .dchunk = 32, .vector = 1, .tm = 1, .tn = 1),
     TUNING(.block = 32, .threads = 128, .dchunk = 16, .vector = 1, .tm = 2, .tn = 2), /* the former GPU entry */
@@ -95,6 +98,10 @@ static const castle_tuning tunings[] = {
     /* the GPU entry: the backward on its own shape (128 work-items, 1 x 4 tiles), the forward on 128
        work-items staging 32 columns */
     TUNING(.block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2, .bthreads = 128, .btm = 1,
+           .fthreads = 128, .fdchunk = 32),
+    /* the same with the backward on 2 x 4 tiles: 128 of them fill a 32 x 32 slab of its d-wide
+       products, which it then takes instead of dchunk's 32 x 16 (CASTLE_BW_SLAB) */
+    TUNING(.block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2, .bthreads = 128, .btm = 2,
            .fthreads = 128, .fdchunk = 32),
     TUNING(.block = 32, .threads = 128, .dchunk = 32, .vector = 4, .tm = 1, .tn = 1, .bthreads = 32, .btm = 4,
            .fthreads = 64, .fdchunk = 8),

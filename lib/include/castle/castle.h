@@ -162,7 +162,8 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
    dividing block and dchunk; the same for the CASTLE backward's bthreads and btm in place of threads
    and tm, except that bthreads may also be smaller than block (the backward may take its own
    work-group and micro-tile rows: block, dchunk, vector and tn, which fix the workspace and the
-   staging, are shared), and for the forwards' fthreads and fdchunk in place of threads and dchunk
+   staging, are shared) and that where 7 x dchunk >= 3 x block > 3 x dchunk, block*dchunk need not be
+   divided (the backward then shares its d-wide products out in slabs of up to block columns), and for the forwards' fthreads and fdchunk in place of threads and dchunk
    (their own work-group size and d chunk); the local memory each family of kernels needs must
    fit the device's; decode = 2 needs work-groups of 128 work-items.
 
