@@ -1448,7 +1448,8 @@ START_TEST(test_tuning_rejected)
     slab.tn = 1;
     slab.bthreads = 32;
     slab.btm = 2;
-    check_status(castle_context_set_tuning(ctx, &slab), CASTLE_SUCCESS, NULL, "set_tuning(a backward slab of 16 > dchunk=8)");
+    check_status(castle_context_set_tuning(ctx, &slab), CASTLE_SUCCESS, NULL,
+                 "set_tuning(a backward slab of 16 > dchunk=8)");
     check_status(castle_context_set_tuning(ctx, &few), CASTLE_SUCCESS, NULL, "set_tuning(bthreads=8 < block=16)");
     /* the forward on its own work-group size and d chunk (fthreads=32 > threads, fdchunk=8 < dchunk) */
     castle_tuning own = few;
