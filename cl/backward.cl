@@ -182,7 +182,9 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __local float *sDelta = lm + BW_AREA, *sLse = sDelta + BLK; /* after the matrices and the tiles */
 
     /* Per micro-tile m of a BLK x BLK product: the gate logits, then dG (rows s, columns j'); the
-       gate G; the products QC KC^T, QC D^T, dO VC^T (rows t, columns s). */
+       dD_j VU[T_i]^T part of dG until the logits are done (G itself is kept in local memory only,
+       sG, from which dZ reads it back: one array fewer live through phases B to D1); the products
+       QC KC^T, QC D^T, dO VC^T (rows t, columns s). */
     vfloat g[FUPT][MT_ACC], gv[FUPT][MT_ACC], s1[FUPT][MT_ACC], s2[FUPT][MT_ACC], ap[FUPT][MT_ACC];
     ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
         mt_zero(g[m]);
@@ -239,8 +241,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
                 const vfloat gg = castle_gate_v(g[m][e], sc, s0 + rr, (float)(t0 + cv) + lane, L, W);
-                g[m][e] = gv[m][e]; /* dG so far */
-                gv[m][e] = gg;
+                g[m][e] = gv[m][e]; /* dG so far; G is read back from sG where dZ needs it */
                 VSTORE(gg, sG + rr * BLK + cv);
                 store_column(sGt, cv, rr, gg);
                 VSTORE(GVLOAD(X + rr * BLK + cv), sY + rr * BLK + cv); /* rows t, columns j' */
@@ -542,8 +543,9 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
-                const vfloat dz = select((vfloat)(0.0f), g[m][e] * gv[m][e] * ((vfloat)(1.0f) - gv[m][e]),
-                                         isnotequal(gv[m][e], (vfloat)(0.0f)));
+                const vfloat gg = VLOAD(sG + rr * BLK + cv);
+                const vfloat dz = select((vfloat)(0.0f), g[m][e] * gg * ((vfloat)(1.0f) - gg),
+                                         isnotequal(gg, (vfloat)(0.0f)));
                 VSTORE(dz, sdZ + rr * BLK + cv);
                 if (!MT_AM_ROWS)
                     store_column(sdZt, cv, rr, dz);
