@@ -211,7 +211,8 @@ static double time_candidate(tuner *tu, const char **clock)
 }
 
 /* The most micro-tiles a work-item owns in one product of a block pair (cl/common.cl's FUPT and
-   FUPC), forward or backward, under r as the library installed it (derived values filled in). */
+   FUPC; the backward's slabs, cl/backward.cl's BW_FUPS, are at most a block wide, so FUPT bounds
+   them), forward or backward, under r as the library installed it (derived values filled in). */
 static unsigned tiles_per_item(const castle_tuning *r)
 {
     const unsigned threads[2] = {r->fthreads, r->bthreads}, tm[2] = {r->tm, r->btm};
