@@ -36,10 +36,10 @@
    matrix that is only an A operand is read row-major instead: MT_AM, common.cl); of the d tiles
    (stage_cols, stage_tile_t: vector loads), those that are A operands are staged as MT_AT says
    (row-major when TM = 1).  The gate logits, the scores and the D update are recomputed
-   with the forward's mt_* calls on the same operands (mt_product's even/odd order, the forward's
-   FDT terms per call: BW_CA, BW_CB below), so P = exp(A - lse) uses exactly the A the forward
-   normalised (P <= 1) and D_j is rolled back by exactly what the forward added.  (Under a tuning
-   whose fdchunk exceeds what phase A or B holds they differ in rounding, and P is capped at 1.)
+   with the forward's mt_* calls on the same operands (one chain per sum, its terms in ascending
+   order however d is chunked: mt_product), so P = exp(A - lse) uses exactly the A the forward
+   normalised (P <= 1, also capped at 1) and D_j is rolled back by exactly what the forward added,
+   whatever the two passes' chunks of d (dchunk, fdchunk).
    Causally masked entries never enter a product: a contraction stops where its mask does (per row
    of a micro-tile, and per column for dSU^T Y; mt_product_lower, _below, _from), masked results are
    selected, never multiplied by a zero mask, and rows beyond L are zeros in the tiles; so a NaN or
@@ -67,18 +67,8 @@
    of the matrices: dSU and dSUt are not read at the diagonal, Y and dYt not elsewhere) BLK columns
    where two tiles fit in those two matrices' places and three in the tiles' area (BW_D1_WIDE), else
    the tiles' area, DT columns; phase D2 (two tiles beside dZ and dZt, M1 and M4) the area from M5
-   on.
-   FDT is the CASTLE forward's d chunk (tuning fdchunk, a -D option of every family's program; this
-   one's DT is the backward's dchunk): the forward's products over d add FDT terms per mt_product
-   call.  Phases A and B recompute some of them (the gate logits, QC KC^T, QC D^T), so they stage
-   whole multiples of BW_UNIT (DT and FDT, both powers of two) where one fits and sum in FDT-term
-   calls (BW_CA, BW_CB) where their step holds whole ones: then the logits and the scores are
-   bitwise the forward's.  (Where it does not, fdchunk > dchunk beyond what a phase holds, they are
-   summed in DT-term calls, which differ from the forward's in rounding.)  The other products of a
-   phase take the same calls; the rest take DT terms per call, which a wider step does not change. */
-#ifndef FDT
-#error "backward.cl: FDT (the forward's d chunk, tuning fdchunk) comes from the host (-D)"
-#endif
+   on.  A step stages whole slabs (BW_SL columns); its products over d take DT terms per
+   call, in one chain per sum (mt_product), so neither the step's width nor DT changes a result. */
 #define BW_AREA (BW_MATS * BLK * BLK + 7 * BLK * DT)
 #define BW_SL CASTLE_BW_SLAB(BLK, DT, NT, TM, MT_COLS) /* local_memory.h: DT, or wider for bigger tiles */
 #define BW_D1_WIDE CASTLE_BW_D1_WIDE(BLK, DT)
@@ -86,17 +76,12 @@
 #error "backward.cl: a slab wider than DT needs phase D1's wide step (host/tuning.c refuses such a shape)"
 #endif
 #define BW_FUPS (CASTLE_MT_TILES(BLK, BW_SL, TM, MT_COLS) / NT) /* a work-item's micro-tiles of a slab */
-#define BW_UNIT CASTLE_LM_MAX_(CASTLE_LM_MAX_(FDT, DT), BW_SL)
-#define BW_FIT(from, ntiles, u) ((BW_AREA - (from)) / ((ntiles) * BLK) / (u) * (u))
-#define BW_WIDTH(from, ntiles) \
-    (BW_FIT(from, ntiles, BW_UNIT) > 0 ? BW_FIT(from, ntiles, BW_UNIT) : BW_FIT(from, ntiles, BW_SL))
-#define BW_WA BW_WIDTH(0, 4)
-#define BW_WB BW_WIDTH(4 * BLK * BLK, 7)
+/* the widest whole number of slabs that ntiles tiles fit from offset from on */
+#define BW_FIT(from, ntiles) ((BW_AREA - (from)) / ((ntiles) * BLK) / BW_SL * BW_SL)
+#define BW_WA BW_FIT(0, 4)
+#define BW_WB BW_FIT(4 * BLK * BLK, 7)
 #define BW_WD1 (BW_D1_WIDE ? BLK : DT)
-#define BW_WD2 BW_FIT(5 * BLK * BLK, 2, BW_SL)
-#define BW_CHUNK(w) ((w) % FDT == 0 ? FDT : DT)
-#define BW_CA BW_CHUNK(BW_WA)
-#define BW_CB BW_CHUNK(BW_WB)
+#define BW_WD2 BW_FIT(5 * BLK * BLK, 2)
 /* The columns of d a phase's steps cover: d rounded up to its chunk and to DT (zeros beyond d). */
 #define BW_PAD(c) ((d + CASTLE_LM_MAX_((c), DT) - 1) / CASTLE_LM_MAX_((c), DT) * CASTLE_LM_MAX_((c), DT))
 
@@ -204,15 +189,14 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     prefetch_rows(Dsrc_lo, (ulong)d, s0, k > 0 ? L : 0, d);
 
     /* Phase A: the gate logits QU[T_j] KU[T_i]^T (the forward's KU[T_i] QU[T_j]^T transposed: the same
-       products summed in the same order, BW_CA terms per call, so the same floats) and, in gv until the logits are
-       done, the dD_j VU[T_i]^T part of dG (dD_j: the gradient of D_j^(k+1), 0 at the first touch);
+       products summed in the same order, so the same floats) and, in gv until the logits are done, the dD_j VU[T_i]^T part of dG (dD_j: the gradient of D_j^(k+1), 0 at the first touch);
        then G, Gt, Y and Yt (Y: the forward's masked X block, row-major (t, j') in the workspace).
        Tiles (BW_WA columns each, in the whole area: lm on): the A operands A0 QU[T_j] and A2 dD_j as
        MT_AT says, the B operands A1 KU[T_i] and A3 VU[T_i] k-major. */
     {
         __local float *A0 = lm, *A1 = A0 + BLK * BW_WA, *A2 = A1 + BLK * BW_WA, *A3 = A2 + BLK * BW_WA;
         for (int c0 = 0;; c0 += BW_WA) { /* d >= 1 */
-            const int cols = min(BW_WA, BW_PAD(BW_CA) - c0); /* the columns this step stages */
+            const int cols = min(BW_WA, BW_PAD(DT) - c0); /* the columns this step stages */
             if (gate) {
                 stage_cols_a(A0, BLK, BW_WA, xqu, pqu, squ.z, j, L, c0, cols, d);
                 stage_tile_t(A1, BLK, xku, i, c0, cols, d);
@@ -223,12 +207,12 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             if (gate)
-                for (int c = 0; c < cols; c += BW_CA) /* the forward's terms per call */
+                for (int c = 0; c < cols; c += DT)
                     ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
                         const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-                        mt_product(g[m], MT_A(A0, row0, BW_WA, c), A1 + c * BLK + col0, BLK, BW_CA);
+                        mt_product(g[m], MT_A(A0, row0, BW_WA, c), A1 + c * BLK + col0, BLK, DT);
                         if (!first_col)
-                            mt_product(gv[m], MT_A(A2, row0, BW_WA, c), A3 + c * BLK + col0, BLK, BW_CA);
+                            mt_product(gv[m], MT_A(A2, row0, BW_WA, c), A3 + c * BLK + col0, BLK, DT);
                     }
             barrier(CLK_LOCAL_MEM_FENCE);
             if (c0 + BW_WA >= d)
@@ -267,7 +251,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __local float *B0 = lm + 4 * BLK * BLK, *B1 = B0 + BLK * BW_WB, *B2 = B1 + BLK * BW_WB, *B3 = B2 + BLK * BW_WB;
     __local float *B4 = B3 + BLK * BW_WB, *B5 = B4 + BLK * BW_WB, *B6 = B5 + BLK * BW_WB;
     for (int c0 = 0;; c0 += BW_WB) { /* d >= 1 */
-        const int cols = min(BW_WB, BW_PAD(CASTLE_LM_MAX_(BW_CB, BW_SL)) - c0);
+        const int cols = min(BW_WB, BW_PAD(BW_SL) - c0);
         stage_cols_a(B0, BLK, BW_WB, xqc, pqc, sqc.z, i, L, c0, cols, d);
         stage_tile_t(B1, BLK, xkc, j, c0, cols, d);
         stage_cols_a(B2, BLK, BW_WB, xdo, pdo, sdo.z, i, L, c0, cols, d);
@@ -305,25 +289,19 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 }
         /* global fence too: phase D1 reads W rows other work-items wrote */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        if (first_row) /* in mt_product's order: even and odd c apart, then added, BW_CB at a time */
+        if (first_row) /* in mt_product's order: one chain, c ascending */
             for (int q = 0; q < BW_ROWS; ++q) {
                 const int r = lid + q * NT;
-                for (int c = 0; c < cols && r < BLK; c += BW_CB) {
-                    float e0 = 0.0f, e1 = 0.0f;
-                    for (int cc = c; cc < c + BW_CB; cc += 2) {
-                        e0 += B2[MT_AOFF(r, BW_WB, cc)] * B4[MT_AOFF(r, BW_WB, cc)];
-                        e1 += B2[MT_AOFF(r, BW_WB, cc + 1)] * B4[MT_AOFF(r, BW_WB, cc + 1)];
-                    }
-                    delta[q] += e0 + e1;
-                }
+                for (int c = 0; c < cols && r < BLK; ++c)
+                    delta[q] += B2[MT_AOFF(r, BW_WB, c)] * B4[MT_AOFF(r, BW_WB, c)];
             }
-        for (int c = 0; c < cols; c += BW_CB) { /* the forward's terms per call */
+        for (int c = 0; c < cols; c += DT) {
             ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-                mt_product(s1[m], MT_A(B0, row0, BW_WB, c), B1 + c * BLK + col0, BLK, BW_CB);
+                mt_product(s1[m], MT_A(B0, row0, BW_WB, c), B1 + c * BLK + col0, BLK, DT);
                 if (k > 0)
-                    mt_product(s2[m], MT_A(B0, row0, BW_WB, c), B6 + c * BLK + col0, BLK, BW_CB);
-                mt_product(ap[m], MT_A(B2, row0, BW_WB, c), B3 + c * BLK + col0, BLK, BW_CB);
+                    mt_product(s2[m], MT_A(B0, row0, BW_WB, c), B6 + c * BLK + col0, BLK, DT);
+                mt_product(ap[m], MT_A(B2, row0, BW_WB, c), B3 + c * BLK + col0, BLK, DT);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);

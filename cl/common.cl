@@ -356,62 +356,41 @@ __attribute__((always_inline)) inline void mt_step(vfloat *acc, const float *x, 
     mt_step_from(acc, x, b, 0);
 }
 
-/* y0 = sum of the even kk < k1, y1 = sum of the odd kk < k1 of A[:, kk] B[kk, :] for the micro-tile
-   whose A rows start at a and B columns at b (k-major operands, strides as and bs): two FMA chains. */
-__attribute__((always_inline)) inline void mt_pairs(vfloat *y0, vfloat *y1, __local const float *a, const int as,
-                                                    __local const float *b, const int bs, const int k1)
-{
-    mt_zero(y0);
-    mt_zero(y1);
-    int kk = 0;
-    for (; kk + 1 < k1; kk += 2) {
-        float x0[TM], x1[TM];
-        mt_frag_a(x0, a + kk * as, as);
-        mt_step(y0, x0, b + kk * bs);
-        mt_frag_a(x1, a + (kk + 1) * as, as);
-        mt_step(y1, x1, b + (kk + 1) * bs);
-    }
-    if (kk < k1) { /* k1 odd: kk = k1 - 1 is even */
-        float x0[TM];
-        mt_frag_a(x0, a + kk * as, as);
-        mt_step(y0, x0, b + kk * bs);
-    }
-}
-
-/* acc += sum_{0 <= kk < k1} A[:, kk] B[kk, :] (mt_pairs).  The even and the odd kk are summed apart
-   and then added, (even + odd), to acc: the order every product of a block pair has always had
-   (cl/backward.cl recomputes the forward's scores in exactly this order).  Called with k1 = BLK or DT. */
+/* acc += sum_{0 <= kk < k1} A[:, kk] B[kk, :] for the micro-tile whose A rows start at a and B
+   columns at b (k-major operands, strides as and bs): one FMA chain per accumulator, straight into
+   acc, kk ascending.  So a sum's rounding depends only on the order of its terms, not on how many
+   columns a call takes: cl/backward.cl's recomputed gate logits and scores, summed over other chunks
+   of d than the forward's, are bitwise the forward's (and every product over d of a kernel is the same
+   chain whatever its tuning's dchunk).  No partial sums beside acc: a micro-tile of TM x TN vectors
+   takes TM x TN independent chains, and partial sums (the even and the odd kk apart, as the products
+   once were) doubled the registers a product holds; clang's count for the backward under 2 x 4 tiles
+   went from 254 to 168 without them (docs/performance.md).  Called with k1 = BLK, DT or a row0. */
 __attribute__((always_inline)) inline void mt_product(vfloat *acc, __local const float *a, const int as,
                                                       __local const float *b, const int bs, const int k1)
 {
-    vfloat y0[MT_ACC], y1[MT_ACC];
-    mt_pairs(y0, y1, a, as, b, bs, k1);
-    for (int e = 0; e < MT_ACC; ++e)
-        acc[e] += y0[e] + y1[e];
+    for (int kk = 0; kk < k1; ++kk) {
+        float x[TM];
+        mt_frag_a(x, a + kk * as, as);
+        mt_step(acc, x, b + kk * bs);
+    }
 }
 
 /* As mt_product over a lower-triangular A whose rows and contraction index share one block: the
    micro-tile's row row0 + i takes only the terms kk <= row0 + i.  Terms above the diagonal are
    skipped, never multiplied by a zero, so nothing from a later row (a NaN, an Inf) reaches an earlier
    one; and the work above the diagonal is not done.  For finite inputs the result is bitwise that of
-   mt_product over the whole block (the skipped terms are exact zeros). */
+   mt_product over the whole block (the skipped terms are exact zeros, each the last of its row's chain). */
 __attribute__((always_inline)) inline void mt_product_lower(vfloat *acc, __local const float *a, const int as,
                                                             __local const float *b, const int bs, const int row0)
 {
-    vfloat y0[MT_ACC], y1[MT_ACC];
-    mt_pairs(y0, y1, a, as, b, bs, row0); /* the full rows of A before the tile's diagonal */
+    mt_product(acc, a, as, b, bs, row0); /* the full rows of A before the tile's diagonal */
 #pragma unroll
     for (int q = 0; q < TM; ++q) { /* the diagonal: row row0 + i takes kk = row0 + q for i >= q */
         const int k = row0 + q;
         float x[TM];
         mt_frag_a(x, a + k * as, as);
-        if (k & 1)
-            mt_step_from(y1, x, b + k * bs, q);
-        else
-            mt_step_from(y0, x, b + k * bs, q);
+        mt_step_from(acc, x, b + k * bs, q);
     }
-    for (int e = 0; e < MT_ACC; ++e)
-        acc[e] += y0[e] + y1[e];
 }
 
 /* The A operand of a product from a BLK x w tile staged by stage_tile(.., MT_AT), from its column c:
@@ -517,9 +496,8 @@ __attribute__((always_inline)) inline void mt_product_below(vfloat *acc, __local
 }
 
 /* acc += the terms row0 + i + lo <= kk < row0 + i + hi (and 0 <= kk < BLK) of row row0 + i: a band
-   along the diagonal, such as a sliding window's.  Where the band holds the whole block for every row
-   of the micro-tile, mt_product's order; otherwise one chain with the terms outside a row's band
-   skipped, never multiplied by a zero. */
+   along the diagonal, such as a sliding window's, kk ascending as in mt_product; the terms outside a
+   row's band are skipped, never multiplied by a zero. */
 __attribute__((always_inline)) inline void mt_product_band(vfloat *acc, __local const float *a, const int as,
                                                            __local const float *b, const int bs, const int row0,
                                                            const int lo, const int hi)
