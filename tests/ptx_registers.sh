@@ -6,7 +6,8 @@
 # CASTLE backward (255 registers, a few bytes spilled) and class 256 of the causal backward's key
 # side (two d-wide accumulators per work-item) are left out: they do not fit.  And their loads from
 # local memory are vector loads, and those that read tiles or cache rows from global memory have a
-# float4 path for them (see below).  Then --from-cache on a
+# float4 path for them (see below); under a cap of 128 registers the block kernels spill nothing.
+# Then --from-cache on a
 # cache entry of the library's format (host/bincache.c) that holds PTX, beside one that does not.
 # usage: ptx_registers.sh <build-dir>
 set -euo pipefail
@@ -44,6 +45,14 @@ for class in 64 128; do
         [ "${v4:-0}" -gt 0 ] || { echo "class $class: $k has no float4 loads from global memory"; exit 1; }
     done
 done
+# NVIDIA's OpenCL compiler capped the forward and the backward of the GPU entry at 128 registers on
+# an H200 (four work-groups of 128 work-items per SM, as many as their local memory allows; it spilled
+# 4 bytes of the backward before its sums became one chain per output, cl/common.cl's mt_product).
+# Under ptxas's cap of 128 the block kernels of the forward, the backward and the causal forward and
+# the causal backward's query side still have no stack frame: nothing spilled.
+echo "== at most 128 registers =="
+bash "$here/../tools/ptx-report.sh" "$1" --max-regs 128 \
+    --no-stack castle_forward_block,castle_backward_block,castle_causal_forward,castle_causal_backward_q
 echo "== --from-cache =="
 cache=$(mktemp -d)
 trap 'rm -rf "$cache"' EXIT

@@ -6,8 +6,8 @@
 # stack frame; one that does not fit, as spills).  NVIDIA's own OpenCL compiler allocates registers
 # its own way, so these are a proxy for the driver's numbers, not the numbers themselves.
 #
-# usage: tools/ptx-report.sh BUILD_DIR [--tuning T] [--class C] [--arch SM] [--no-stack K1,K2,...]
-#        tools/ptx-report.sh --from-cache DIR [--arch SM] [--no-stack K1,K2,...]
+# usage: tools/ptx-report.sh BUILD_DIR [--tuning T] [--class C] [--arch SM] [--max-regs N] [--no-stack K1,K2,...]
+#        tools/ptx-report.sh --from-cache DIR [--arch SM] [--max-regs N] [--no-stack K1,K2,...]
 #   BUILD_DIR  a build of the library (its castle-info gives the tuning table)
 #   --from-cache DIR  instead, the PTX that NVIDIA's own OpenCL compiler made: the program binaries
 #              of a library binary cache (CASTLE_CACHE_DIR=DIR on the GPU machine, then DIR copied
@@ -18,6 +18,9 @@
 #   --class C  head-dimension class of the causal and cache programs under accum = 2 (64, 128 or
 #              256; default 64); ignored under accum = 1, where every program serves every d
 #   --arch SM  ptxas target (default sm_90)
+#   --max-regs N  registers per work-item at most (ptxas -maxrregcount): what a kernel spills under a
+#              cap, such as the 128 NVIDIA's OpenCL compiler gave the forward and backward of the GPU
+#              entry on an H200 (docs/performance.md); default: no cap
 #   --no-stack exit 1 unless each kernel named has a stack frame of 0 bytes
 # Prints one line per kernel: family, kernel, stack bytes, spill-store bytes, registers, and the
 # static instruction mix of its PTX: fma (fma.rn.f32), lds=S/V2/V4, its loads from local memory
@@ -49,12 +52,15 @@ else
     shift
     [ -d "$build" ] || { echo "ptx-report.sh: $build is not a build directory" >&2; usage; }
 fi
-tuning= class=64 arch=sm_90 nostack=
+tuning= class=64 arch=sm_90 nostack= maxregs=()
 while [ $# -gt 0 ]; do
     case $1 in
     --tuning) tuning=${2:?}; shift 2 ;;
     --class) class=${2:?}; shift 2 ;;
     --arch) arch=${2:?}; shift 2 ;;
+    --max-regs)
+        [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "ptx-report.sh: --max-regs needs a positive number" >&2; exit 2; }
+        maxregs=(-maxrregcount="$2"); shift 2 ;;
     --no-stack) nostack=${2:?}; shift 2 ;;
     -h | --help) usage 0 ;;
     *) echo "ptx-report.sh: unknown option $1" >&2; usage ;;
@@ -98,7 +104,7 @@ if [ -n "$cache" ]; then
         grep -q '\.entry' "$work/entry.ptx" || continue
         n=$((n + 1))
         name=$(basename "$f" .bin)
-        if ! "$ptxas" -arch="$arch" -v "$work/entry.ptx" -o "$work/entry.cubin" 2>"$work/entry.log"; then
+        if ! "$ptxas" -arch="$arch" "${maxregs[@]}" -v "$work/entry.ptx" -o "$work/entry.cubin" 2>"$work/entry.log"; then
             echo "ptx-report.sh: ptxas failed on $f:" >&2
             head -5 "$work/entry.log" >&2
             status=1
@@ -158,7 +164,7 @@ else
             -o "$work/$family.ptx" "$work/$family.cl"
         # ptxas wants a PTX version and target it knows
         sed -i -E "s/^\.version .*/.version 7.8/; s/^\.target .*/.target $arch/" "$work/$family.ptx"
-        "$ptxas" -arch="$arch" -v "$work/$family.ptx" -o "$work/$family.cubin" 2>"$work/$family.log"
+        "$ptxas" -arch="$arch" "${maxregs[@]}" -v "$work/$family.ptx" -o "$work/$family.cubin" 2>"$work/$family.log"
         report_log "$family" "$work/$family.log" "$work/$family.ptx"
     done
 fi
