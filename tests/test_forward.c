@@ -222,36 +222,44 @@ START_TEST(test_fold_equals_wavefront)
 END_TEST
 
 /* Every sum of a product is one chain, its terms in ascending order, whatever the chunk of d a call
-   takes (cl/common.cl, mt_product).  So two tunings that differ only in their chunks of d (dchunk,
-   fdchunk) give bitwise the same output, lse and gradients, and the backward's recomputed gate
-   logits and scores are bitwise the forward's (a pass that summed chunk by chunk, as the products
-   once did with their even and odd terms apart, gives other roundings).  Block 16, so that both fit
-   32 KiB of local memory; d = 33 and 64, CASTLE and CASTLE-SWL. */
+   takes and whichever work-item and micro-tile computes it (cl/common.cl, mt_product).  So tunings
+   that differ only in their chunks of d (dchunk, fdchunk), their micro-tiles' rows (tm, btm) or their
+   work-group sizes give bitwise the same output, lse and gradients, and the backward's recomputed
+   gate logits and scores are bitwise the forward's (a pass that summed chunk by chunk, as the
+   products once did with their even and odd terms apart, gives other roundings; so did two-row tiles
+   in the triangular products).  The vector width stays: a device's vector exp may round otherwise than
+   its scalar one.  Block 16, so that all fit 32 KiB of local memory; d = 33 and 64, CASTLE and
+   CASTLE-SWL. */
 START_TEST(test_sums_ignore_chunks)
 {
-    static const castle_tuning pair[2] = {
+    static const castle_tuning set[3] = {
         TUNING(.block = 16, .threads = 16, .dchunk = 8, .vector = 4, .tm = 2, .tn = 1, .fthreads = 16, .fdchunk = 16),
         TUNING(.block = 16, .threads = 16, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .fthreads = 16, .fdchunk = 8),
+        TUNING(.block = 16, .threads = 16, .dchunk = 16, .vector = 4, .tm = 1, .tn = 1, .bthreads = 32, .btm = 2,
+               .fthreads = 64, .fdchunk = 16),
     };
     const h_fwd_case c = {1, 2, 70, _i ? 64 : 33, _i ? 5 : 0, H_BHLD, 1, 0, 131};
-    h_fwd_out out[2];
-    for (int t = 0; t < 2; ++t) {
+    h_fwd_out out[3];
+    for (int t = 0; t < 3; ++t) {
         castle_context *ctx = NULL;
         ck_assert(castle_context_create_default(NULL, &ctx) == CASTLE_SUCCESS);
-        ck_assert_msg(castle_context_set_tuning(ctx, &pair[t]) == CASTLE_SUCCESS, "%s", castle_last_error());
+        ck_assert_msg(castle_context_set_tuning(ctx, &set[t]) == CASTLE_SUCCESS, "%s", castle_last_error());
         ck_assert_msg(h_run_backward(ctx, castle_context_queue(ctx), &c, H_GRAD_NONE, true, &out[t]) == CASTLE_SUCCESS,
                       "%s", castle_last_error());
         ck_assert(out[t].guards_ok && out[t].finite);
         castle_context_destroy(ctx);
     }
     const size_t n = c.B * c.H * c.L * c.d;
-    ck_assert_msg(!memcmp(out[0].o, out[1].o, n * sizeof(float)), "d = %zu: O differs between fdchunk 16 and 8", c.d);
-    ck_assert_msg(!memcmp(out[0].lse, out[1].lse, n / c.d * sizeof(float)), "d = %zu: lse differs", c.d);
-    for (int k = 0; k < 6; ++k)
-        ck_assert_msg(!memcmp(out[0].grad[k], out[1].grad[k], n * sizeof(float)),
-                      "d = %zu: gradient %d differs between (dchunk, fdchunk) = (8, 16) and (16, 8)", c.d, k);
-    h_fwd_out_free(&out[0]);
-    h_fwd_out_free(&out[1]);
+    for (int t = 1; t < 3; ++t) {
+        ck_assert_msg(!memcmp(out[0].o, out[t].o, n * sizeof(float)), "d = %zu: O of tuning %d differs", c.d, t);
+        ck_assert_msg(!memcmp(out[0].lse, out[t].lse, n / c.d * sizeof(float)), "d = %zu: lse of tuning %d differs",
+                      c.d, t);
+        for (int k = 0; k < 6; ++k)
+            ck_assert_msg(!memcmp(out[0].grad[k], out[t].grad[k], n * sizeof(float)),
+                          "d = %zu: gradient %d of tuning %d differs from tuning 0's", c.d, k, t);
+    }
+    for (int t = 0; t < 3; ++t)
+        h_fwd_out_free(&out[t]);
 }
 END_TEST
 
