@@ -1,6 +1,7 @@
 /* backward.cl: the blockwise CASTLE backward pass (docs/algorithm.md section 4).
  *
- * One launch per anti-diagonal, in reverse (k = N-1 .. 0); work-group (j, bh) handles the block
+ * One launch per anti-diagonal, in reverse (k = N-1 .. 0; k > 0 by castle_backward_off where the program
+ * has it); work-group (j, bh) handles the block
  * pair (i = j + k, j) of batch entry b = bh / H, head h = bh % H:
  *   G = G[T_j, T_i];  D_j^(k) = D_j^(k+1) - VU[T_i]^T G^T      (rolled back as a hi/lo pair)
  *   SU, A as in the forward;  P = exp(A - lse);  dA = P * (dO VC^T - Delta)
@@ -111,8 +112,19 @@ __attribute__((always_inline)) inline void accumulate(__global float *p, int n, 
     dqu, sdqu, dku, sdku, dvu, sdvu, dqc, sdqc, dkc, sdkc, dvc, sdvc, ws, ws_dlo, ws_whi, ws_wlo, \
     ws_dd, ws_delta, ws_x, ws_t, ws_dy
 
+/* Which pairs a kernel computes (backward_block's argument which, a constant in each kernel): those
+   off the diagonal (k > 0) or any, as k says.  The
+   diagonal pair's triangular products need more registers than the rest of a block pair (under
+   2 x 4 tiles on 128 work-items, clang's PTX: 168 against 127), so the pairs off the diagonal have a
+   kernel compiled without them (castle_backward_off, launched for k > 0), and castle_backward_block,
+   which computes any pair, is launched for k = 0.  (It computes every k where a program has no
+   castle_backward_off: kernels from an earlier revision's cl/, CASTLE_CL_DIR.) */
+#define BW_OFF 0 /* k > 0 only */
+#define BW_ANY 1 /* k decides */
+
 /* The block pair (i = j + k, j) of batch entry x head bh, computed by the whole work-group. */
-inline void backward_block(__local float *lm, const int k, const int j, const int bh, BACKWARD_BLOCK_PARAMS)
+inline void backward_block(__local float *lm, const int k, const int j, const int bh, const int which,
+                           BACKWARD_BLOCK_PARAMS)
 {
     const int lid = get_local_id(0);
     const int i = j + k;
@@ -123,7 +135,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     const bool gate = (W == 0) || (t0 <= smax + W);
     const bool first_row = j == 0;     /* first backward touch of row block i */
     const bool first_col = i == N - 1; /* first backward touch of column block j */
-    const bool diag = k == 0;
+    const bool diag = which == BW_ANY && k == 0; /* false, a constant, in castle_backward_off */
     const int kb = k * BLK, Wb = min(W, Lpad); /* T_i starts kb rows after T_j; the window, bounded */
     const vfloat lane = lane_index();
 
@@ -185,8 +197,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
        phase B rolls back.  Their conditions are in the row counts, not in branches around them: with an if around
        each, PoCL compiled this kernel for over 16 minutes (80 s without). */
     prefetch_rows(X, BLK, 0, gate ? BLK : 0, BLK);
-    prefetch_rows(Dsrc_hi, (ulong)d, s0, k > 0 ? L : 0, d);
-    prefetch_rows(Dsrc_lo, (ulong)d, s0, k > 0 ? L : 0, d);
+    prefetch_rows(Dsrc_hi, (ulong)d, s0, !diag ? L : 0, d);
+    prefetch_rows(Dsrc_lo, (ulong)d, s0, !diag ? L : 0, d);
 
     /* Phase A: the gate logits QU[T_j] KU[T_i]^T (the forward's KU[T_i] QU[T_j]^T transposed: the same
        products summed in the same order, so the same floats) and, in gv until the logits are done, the dD_j VU[T_i]^T part of dG (dD_j: the gradient of D_j^(k+1), 0 at the first touch);
@@ -258,10 +270,10 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         stage_tile_t(B3, BLK, xvc, j, c0, cols, d);
         if (first_row) /* O, for Delta (read by the row's first pair only: staged from O itself) */
             stage_cols(B4, BLK, BW_WB, po, so.z, t0, L, c0, cols, d, MT_AT);
-        if (gate && k > 0)
+        if (gate && !diag)
             stage_cols(B5, BLK, BW_WB, pvu, svu.z, t0, L, c0, cols, d, false);
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (k > 0)
+        if (!diag)
             for (int c = 0; c < cols; c += BW_SL) /* the micro-tiles of each BLK x BW_SL slab */
                 ACC_UNROLL for (int m = 0; m < BW_FUPS; ++m) {
                     const int u = lid + m * NT, row0 = MT_ROW0(u, BW_SL), col0 = MT_COL0(u, BW_SL);
@@ -299,7 +311,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
                 mt_product(s1[m], MT_A(B0, row0, BW_WB, c), B1 + c * BLK + col0, BLK, DT);
-                if (k > 0)
+                if (!diag)
                     mt_product(s2[m], MT_A(B0, row0, BW_WB, c), B6 + c * BLK + col0, BLK, DT);
                 mt_product(ap[m], MT_A(B2, row0, BW_WB, c), B3 + c * BLK + col0, BLK, DT);
             }
@@ -331,8 +343,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
         const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
         vfloat su[MT_ACC];
-        ACC_UNROLL for (int e = 0; e < MT_ACC; ++e)
-            su[e] = k > 0 ? sc * s2[m][e] : (vfloat)(0.0f);
+        ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) su[e] = !diag ? sc * s2[m][e] : (vfloat)(0.0f);
         if (gate) /* X[t][j'] = 0 beyond j' = t */
             mt_product_lower(su, MT_AM(sY, sYt, row0), sGt + col0, BLK, row0);
         ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
@@ -462,7 +473,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                     mt_product_lower(vq, MT_AM(sdA, sdAt, row0), DK + col0, BW_WD1, row0);
                 else
                     mt_product(vq, MT_AM(sdA, sdAt, row0), DK + col0, BW_WD1, BLK);
-                if (k > 0)
+                if (!diag)
                     mt_product(vq, MT_AM(sdSU, sdSUt, row0), DV + col0, BW_WD1, BLK);
                 if (diag) /* dY: the whole row block's (phase C) */
                     mt_product_lower(vq, MT_AM(sdY, sdYt, row0), DV + col0, BW_WD1, row0);
@@ -496,7 +507,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 mt_zero(vv);
                 mt_product_from(vc_, sP + row0, BLK, DO + col0, BW_WD1, row0, diag ? 0 : -1, 0, false, lane);
                 mt_product_from(vq, sdA + row0, BLK, DQ + col0, BW_WD1, row0, diag ? 0 : -1, 0, false, lane);
-                if (k > 0)
+                if (!diag)
                     mt_product(vv, sdSU + row0, BLK, DQ + col0, BW_WD1, BLK);
                 ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                     const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW, gc = c0 + cv;
@@ -505,7 +516,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                         const int n = min(VW, d - gc);
                         accumulate(dvc + tensor_offset(sdvc, b, h, s) + gc, n, first_col, vc_[e]);
                         accumulate(dkc + tensor_offset(sdkc, b, h, s) + gc, n, first_col, sc * vq[e]);
-                        if (k > 0) /* the gradient of D_j^(k), for iteration k - 1 */
+                        if (!diag) /* the gradient of D_j^(k), for iteration k - 1 */
                             gstore_part(VLOAD(DD + rr * BW_WD1 + cv) + sc * vv[e], dD + (ulong)s * d + gc, n);
                     }
                 }
@@ -578,12 +589,19 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     }
 }
 
-/* One launch per anti-diagonal k: work-group (j, bh). */
+/* One launch per anti-diagonal k: work-group (j, bh); any k (the host launches it for k = 0). */
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_backward_block(const int k, BACKWARD_BLOCK_PARAMS)
 {
     __local float lm[LM_BW] LM_ALIGNED;
-    backward_block(lm, k, get_group_id(0), get_group_id(1), BACKWARD_BLOCK_ARGS);
+    backward_block(lm, k, get_group_id(0), get_group_id(1), BW_ANY, BACKWARD_BLOCK_ARGS);
+}
+
+/* As castle_backward_block for k > 0 only: every pair computed as one off the diagonal. */
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void castle_backward_off(const int k, BACKWARD_BLOCK_PARAMS)
+{
+    __local float lm[LM_BW] LM_ALIGNED;
+    backward_block(lm, k, get_group_id(0), get_group_id(1), BW_OFF, BACKWARD_BLOCK_ARGS);
 }
 
 /* All anti-diagonals in one launch, for short sequences: work-group (0, bh) walks the block pairs
@@ -598,7 +616,7 @@ void castle_backward_fold(const int unused, BACKWARD_BLOCK_PARAMS)
     (void)unused;
     for (int k = N - 1; k >= 0; --k)
         for (int j = 0; j + k < N; ++j) {
-            backward_block(lm, k, j, get_group_id(1), BACKWARD_BLOCK_ARGS);
+            backward_block(lm, k, j, get_group_id(1), BW_ANY, BACKWARD_BLOCK_ARGS);
             barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
         }
 }

@@ -314,7 +314,8 @@ static castle_status rebuild_from_source(castle_context *ctx, int prog)
     return CASTLE_SUCCESS;
 }
 
-static castle_status get_kernel(castle_context *ctx, castle_family f, size_t d, const char *name, cl_kernel *kernel)
+static castle_status get_kernel(castle_context *ctx, castle_family f, size_t d, const char *name, bool optional,
+                                cl_kernel *kernel)
 {
     int prog = 0;
     castle_status st = get_program(ctx, f, d, &prog);
@@ -334,6 +335,10 @@ static castle_status get_kernel(castle_context *ctx, castle_family f, size_t d, 
             return st;
         k = clCreateKernel(ctx->programs[prog].program, name, &err);
     }
+    if (!k && optional && err == CL_INVALID_KERNEL_NAME) {
+        *kernel = NULL;
+        return CASTLE_SUCCESS;
+    }
     if (!k)
         return castle__cl_fail(err, "clCreateKernel");
     castle_kernel_slot *ks = &ctx->kernels[ctx->num_kernels++];
@@ -347,7 +352,15 @@ static castle_status get_kernel(castle_context *ctx, castle_family f, size_t d, 
 castle_status castle__get_kernel(castle_context *ctx, castle_family f, size_t d, const char *name, cl_kernel *kernel)
 {
     castle__ctx_lock(ctx);
-    castle_status st = get_kernel(ctx, f, d, name, kernel);
+    castle_status st = get_kernel(ctx, f, d, name, false, kernel);
+    castle__ctx_unlock(ctx);
+    return st;
+}
+
+castle_status castle__find_kernel(castle_context *ctx, castle_family f, size_t d, const char *name, cl_kernel *kernel)
+{
+    castle__ctx_lock(ctx);
+    castle_status st = get_kernel(ctx, f, d, name, true, kernel);
     castle__ctx_unlock(ctx);
     return st;
 }

@@ -40,6 +40,9 @@ typedef struct castle_kernel_slot {
    (which selects the program's head-dimension class); the program is built (or loaded from the
    on-disk binary cache) on first use, the kernel created once. */
 castle_status castle__get_kernel(castle_context *ctx, castle_family f, size_t d, const char *name, cl_kernel *kernel);
+/* As castle__get_kernel for a kernel the program may lack (one that an earlier revision's cl/, loaded
+   through CASTLE_CL_DIR, did not have): *kernel = NULL and success where it has no kernel of that name. */
+castle_status castle__find_kernel(castle_context *ctx, castle_family f, size_t d, const char *name, cl_kernel *kernel);
 /* The widest head the program of family f under t is built for, given head dim d (passed to the
    kernels as CASTLE_HEAD_DIM_CLASS): under accum = 2 the causal and cache families keep d-wide rows
    in registers sized by it, the smallest of 64, 128, 256 that holds d (cl/common.cl, ACC); every

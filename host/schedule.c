@@ -61,11 +61,12 @@ _Static_assert(CASTLE_WS_T_FORWARD == 4 && CASTLE_WS_T_SLOTS == CASTLE_WS_T_FORW
 /* Enqueues, on one chain, the launch of castle_transpose_blocks (in every program; this family's is
    used) that writes the copies tr, then the wavefront of kernel: folded, one launch of one
    work-group per batch entry and head; else N launches, launch n covering the N - k columns of
-   iteration k = first_k + n * step (arg 0). */
+   iteration k = first_k + n * step (arg 0), those of k > 0 by kernel_k (name_k) where it is not NULL. */
 static castle_status run(castle_context *ctx, castle_family family, cl_kernel kernel, const char *name,
-                         castle_args *args, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
-                         const transposes *tr, cl_mem ws, bool folded, int first_k, int step,
-                         cl_command_queue queue, cl_uint nwait, const cl_event *wait, cl_event *event)
+                         cl_kernel kernel_k, const char *name_k, castle_args *args, const castle_problem *p,
+                         const cl_mem bufs[CASTLE_TENSOR_COUNT], const transposes *tr, cl_mem ws, bool folded,
+                         int first_k, int step, cl_command_queue queue, cl_uint nwait, const cl_event *wait,
+                         cl_event *event)
 {
     static const char tname[] = "castle_transpose_blocks";
     const size_t threads = castle__family_tuning(family, &ctx->tuning).threads, local[2] = {threads, 1};
@@ -98,7 +99,8 @@ static castle_status run(castle_context *ctx, castle_family family, cl_kernel ke
         const cl_int k = folded ? 0 : first_k + n * step;
         castle__args_set(args, 0, sizeof k, &k);
         const size_t global[2] = {threads * (folded ? 1 : (size_t)(N - k)), p->B * p->H};
-        st = castle__launch(&ch, n == N - 1, ctx, kernel, name, args, global, local);
+        const bool off = !folded && k > 0 && kernel_k;
+        st = castle__launch(&ch, n == N - 1, ctx, off ? kernel_k : kernel, off ? name_k : name, args, global, local);
     }
     castle__chain_end(&ch);
     return st;
@@ -119,8 +121,8 @@ castle_status castle__schedule_forward(castle_context *ctx, const castle_problem
         return st;
     castle_args args = {.n = 0};
     common_args(&args, p, bufs, tensors, 8, ws, regions, 4);
-    return run(ctx, CASTLE_FAMILY_FORWARD, kernel, name, &args, p, bufs, &forward_transposes, ws, folded, 0, 1,
-               queue, nwait, wait, event);
+    return run(ctx, CASTLE_FAMILY_FORWARD, kernel, name, NULL, NULL, &args, p, bufs, &forward_transposes, ws, folded, 0,
+               1, queue, nwait, wait, event);
 }
 
 castle_status castle__schedule_backward(castle_context *ctx, const castle_problem *p,
@@ -133,14 +135,20 @@ castle_status castle__schedule_backward(castle_context *ctx, const castle_proble
         CASTLE_TENSOR_DKU, CASTLE_TENSOR_DVU, CASTLE_TENSOR_DQC, CASTLE_TENSOR_DKC, CASTLE_TENSOR_DVC};
     static const castle_ws_region regions[] = {CASTLE_WS_D_LO,  CASTLE_WS_W_HI, CASTLE_WS_W_LO, CASTLE_WS_DD,
                                                CASTLE_WS_DELTA, CASTLE_WS_X,    CASTLE_WS_T,    CASTLE_WS_DY};
+    /* per diagonal: castle_backward_off for k > 0 (the pairs off the diagonal, with fewer registers),
+       castle_backward_block for k = 0, and for every k where the program has no castle_backward_off
+       (cl/backward.cl) */
+    static const char oname[] = "castle_backward_off";
     const bool folded = fold(ctx, p);
     const char *name = folded ? "castle_backward_fold" : "castle_backward_block";
-    cl_kernel kernel;
+    cl_kernel kernel, okernel = NULL;
     castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_BACKWARD, p->d, name, &kernel);
+    if (st == CASTLE_SUCCESS && !folded)
+        st = castle__find_kernel(ctx, CASTLE_FAMILY_BACKWARD, p->d, oname, &okernel);
     if (st != CASTLE_SUCCESS)
         return st;
     castle_args args = {.n = 0};
     common_args(&args, p, bufs, tensors, 15, ws, regions, 8);
-    return run(ctx, CASTLE_FAMILY_BACKWARD, kernel, name, &args, p, bufs, &backward_transposes, ws, folded,
-               (int)p->N - 1, -1, queue, nwait, wait, event);
+    return run(ctx, CASTLE_FAMILY_BACKWARD, kernel, name, okernel, oname, &args, p, bufs, &backward_transposes, ws,
+               folded, (int)p->N - 1, -1, queue, nwait, wait, event);
 }

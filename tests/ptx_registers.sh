@@ -12,7 +12,7 @@
 # usage: ptx_registers.sh <build-dir>
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-hot=castle_forward_block,castle_forward_fold,castle_backward_block,castle_causal_forward
+hot=castle_forward_block,castle_forward_fold,castle_backward_block,castle_backward_off,castle_causal_forward
 hot=$hot,castle_causal_backward_q,castle_causal_backward_kv,castle_causal_decode,castle_cache_decode_attend
 hot=$hot,castle_cache_prefill_u
 widths() { # <kernel> <lds|ldg> <report>: the kernel's S V2 V4 counts of that column
@@ -48,11 +48,18 @@ done
 # NVIDIA's OpenCL compiler capped the forward and the backward of the GPU entry at 128 registers on
 # an H200 (four work-groups of 128 work-items per SM, as many as their local memory allows; it spilled
 # 4 bytes of the backward before its sums became one chain per output, cl/common.cl's mt_product).
-# Under ptxas's cap of 128 the block kernels of the forward, the backward and the causal forward and
-# the causal backward's query side still have no stack frame: nothing spilled.
+# Under ptxas's cap of 128 the block kernels of the forward, the backward (castle_backward_block, any
+# pair, and castle_backward_off, the pairs off the diagonal), the causal forward and the causal
+# backward's query side still have no stack frame: nothing spilled.
 echo "== at most 128 registers =="
 bash "$here/../tools/ptx-report.sh" "$1" --max-regs 128 \
-    --no-stack castle_forward_block,castle_backward_block,castle_causal_forward,castle_causal_backward_q
+    --no-stack castle_forward_block,castle_backward_block,castle_backward_off,castle_causal_forward,castle_causal_backward_q
+# and so does the backward's kernel of the pairs off the diagonal under 2 x 4 tiles (btm = 2), the
+# shape the next GPU session times (castle_backward_block, which computes the diagonal too, needs more)
+entry=$("$1/tools/castle-info" --table | awk -F'\t' '$1 == "nvidia-gpu" { print $2 }')
+echo "== at most 128 registers, btm = 2 =="
+bash "$here/../tools/ptx-report.sh" "$1" --tuning "$(sed 's/btm=[0-9]*/btm=2/' <<<"$entry")" --max-regs 128 \
+    --no-stack castle_backward_off
 echo "== --from-cache =="
 cache=$(mktemp -d)
 trap 'rm -rf "$cache"' EXIT
