@@ -1,8 +1,8 @@
 /* backward.cl: the blockwise CASTLE backward pass (docs/algorithm.md section 4).
  *
- * One launch per anti-diagonal, in reverse (k = N-1 .. 0; k > 0 by castle_backward_off where the program
- * has it); work-group (j, bh) handles the block
- * pair (i = j + k, j) of batch entry b = bh / H, head h = bh % H:
+ * One launch per anti-diagonal, in reverse (k = N-1 .. 0; k > 0 by castle_backward_off where the
+ * program has it); work-group (j, bh) handles the block pair (i = j + k, j) of batch entry
+ * b = bh / H, head h = bh % H:
  *   G = G[T_j, T_i];  D_j^(k) = D_j^(k+1) - VU[T_i]^T G^T      (rolled back as a hi/lo pair)
  *   SU, A as in the forward;  P = exp(A - lse);  dA = P * (dO VC^T - Delta)
  *   dSU = -SiLU'(SU) dA;  dY = (dSU G) masked;  dG = dSU^T Y + dD_j^T VU[T_i]^T;  dZ = dG G (1 - G)
@@ -113,12 +113,12 @@ __attribute__((always_inline)) inline void accumulate(__global float *p, int n, 
     ws_dd, ws_delta, ws_x, ws_t, ws_dy
 
 /* Which pairs a kernel computes (backward_block's argument which, a constant in each kernel): those
-   off the diagonal (k > 0) or any, as k says.  The
-   diagonal pair's triangular products need more registers than the rest of a block pair (under
-   2 x 4 tiles on 128 work-items, clang's PTX: 168 against 127), so the pairs off the diagonal have a
-   kernel compiled without them (castle_backward_off, launched for k > 0), and castle_backward_block,
-   which computes any pair, is launched for k = 0.  (It computes every k where a program has no
-   castle_backward_off: kernels from an earlier revision's cl/, CASTLE_CL_DIR.) */
+   off the diagonal (k > 0) or any, as k says.  The diagonal pair's triangular products need more
+   registers than the rest of a block pair (under 2 x 4 tiles on 128 work-items, clang's PTX: 168
+   against 127), so the pairs off the diagonal have a kernel compiled without them
+   (castle_backward_off, launched for k > 0), and castle_backward_block, which computes any pair, is
+   launched for k = 0.  (It computes every k where a program has no castle_backward_off: kernels
+   from an earlier revision's cl/, CASTLE_CL_DIR.) */
 #define BW_OFF 0 /* k > 0 only */
 #define BW_ANY 1 /* k decides */
 
@@ -201,7 +201,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     prefetch_rows(Dsrc_lo, (ulong)d, s0, !diag ? L : 0, d);
 
     /* Phase A: the gate logits QU[T_j] KU[T_i]^T (the forward's KU[T_i] QU[T_j]^T transposed: the same
-       products summed in the same order, so the same floats) and, in gv until the logits are done, the dD_j VU[T_i]^T part of dG (dD_j: the gradient of D_j^(k+1), 0 at the first touch);
+       products summed in the same order, so the same floats) and, in gv until the logits are done,
+       the dD_j VU[T_i]^T part of dG (dD_j: the gradient of D_j^(k+1), 0 at the first touch);
        then G, Gt, Y and Yt (Y: the forward's masked X block, row-major (t, j') in the workspace).
        Tiles (BW_WA columns each, in the whole area: lm on): the A operands A0 QU[T_j] and A2 dD_j as
        MT_AT says, the B operands A1 KU[T_i] and A3 VU[T_i] k-major. */

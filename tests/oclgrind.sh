@@ -123,8 +123,8 @@ counts "$entry" --local-mem-size 49152
 ratios=$(counts "$gpu")
 echo "local-memory loads per FMA, tuning $gpu:"
 echo "$ratios"
-for k in castle_forward_block castle_forward_fold castle_backward_block castle_backward_off castle_backward_fold castle_causal_forward \
-    castle_causal_backward_kv castle_causal_backward_q castle_cache_prefill_u; do
+for k in castle_forward_block castle_forward_fold castle_backward_block castle_backward_off castle_backward_fold \
+    castle_causal_forward castle_causal_backward_kv castle_causal_backward_q castle_cache_prefill_u; do
     r=$(awk -v k="$k" '$1 == k { print $2 }' <<<"$ratios")
     [ -n "$r" ] || report "no instruction counts for $k"
     awk -v r="$r" 'BEGIN { exit !(r <= 0.25) }' || report "$k: $r local-memory loads per FMA under $gpu (at most 0.25)"

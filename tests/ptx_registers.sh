@@ -52,8 +52,8 @@ done
 # pair, and castle_backward_off, the pairs off the diagonal), the causal forward and the causal
 # backward's query side still have no stack frame: nothing spilled.
 echo "== at most 128 registers =="
-bash "$here/../tools/ptx-report.sh" "$1" --max-regs 128 \
-    --no-stack castle_forward_block,castle_backward_block,castle_backward_off,castle_causal_forward,castle_causal_backward_q
+capped=castle_forward_block,castle_backward_block,castle_backward_off,castle_causal_forward,castle_causal_backward_q
+bash "$here/../tools/ptx-report.sh" "$1" --max-regs 128 --no-stack "$capped"
 # and so does the backward's kernel of the pairs off the diagonal under 2 x 4 tiles (btm = 2), the
 # shape the next GPU session times (castle_backward_block, which computes the diagonal too, needs more)
 entry=$("$1/tools/castle-info" --table | awk -F'\t' '$1 == "nvidia-gpu" { print $2 }')
