@@ -599,7 +599,8 @@ void castle_backward_block(const int k, BACKWARD_BLOCK_PARAMS)
 }
 
 /* As castle_backward_block for k > 0 only: every pair computed as one off the diagonal. */
-__kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void castle_backward_off(const int k, BACKWARD_BLOCK_PARAMS)
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
+void castle_backward_off(const int k, BACKWARD_BLOCK_PARAMS)
 {
     __local float lm[LM_BW] LM_ALIGNED;
     backward_block(lm, k, get_group_id(0), get_group_id(1), BW_OFF, BACKWARD_BLOCK_ARGS);
