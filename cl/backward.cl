@@ -83,8 +83,8 @@
 #define BW_WB BW_FIT(4 * BLK * BLK, 7)
 #define BW_WD1 (BW_D1_WIDE ? BLK : DT)
 #define BW_WD2 BW_FIT(5 * BLK * BLK, 2)
-/* The columns of d a phase's steps cover: d rounded up to its chunk and to DT (zeros beyond d). */
-#define BW_PAD(c) ((d + CASTLE_LM_MAX_((c), DT) - 1) / CASTLE_LM_MAX_((c), DT) * CASTLE_LM_MAX_((c), DT))
+/* The columns of d a phase's steps cover: d rounded up to a multiple of c, DT or the slab (zeros beyond d). */
+#define BW_PAD(c) ((d + (c) - 1) / (c) * (c))
 
 /* SiLU'(x) from g = sigmoid(x), the value castle_silu_v(x) = x g is computed from (one exp for both). */
 inline vfloat castle_silu_grad_g(vfloat x, vfloat g) { return g * ((vfloat)(1.0f) + x * ((vfloat)(1.0f) - g)); }

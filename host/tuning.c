@@ -78,7 +78,8 @@ typedef struct tuning_entry {
    another run that day, so about 91 is expected beside the forward's 24.7 (not measured
    together); 77.6 in the fourth GPU session.  Its 2 x 4 tiles on 128 work-items (btm = 2, which
    share the d-wide products out over 32 x 32 slabs, CASTLE_BW_SLAB) halve its local loads per FMA
-   under Oclgrind, for more registers: not yet measured on a GPU (docs/performance.md).  The
+   under Oclgrind and give bitwise its results; its launches off the diagonal (castle_backward_off)
+   fit 128 registers in clang's PTX: not yet measured on a GPU (docs/performance.md).  The
    forward runs on 128 work-items staging 32 columns of d (fthreads, fdchunk: one 2 x 4 tile of each
    product per work-item, two d steps instead of four; 23 KiB of local memory): on the H200
    (2026-11-27, same shape, one run) 16.4 ms against 22.0 on the shared 64 / 16 (L = 1024
