@@ -208,9 +208,9 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
       "and the CASTLE backward's micro-tile loops unrolled too (GPUs) (0: as decode)")                    \
     X(fthreads, NULL, 8, 1024, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                  \
       "work-items per work-group of the forward kernels, CASTLE's and the causal baseline's (0: threads)")  \
-    X(fdchunk, "FDT", 4, 64, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                    \
+    X(fdchunk, NULL, 4, 64, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                     \
       "columns of d the forward kernels (CASTLE's and the causal baseline's) stage through local memory "  \
-      "per step, and the CASTLE backward's chunks where it recomputes the forward's products (0: dchunk)")
+      "per step (0: dchunk)")
 typedef struct castle_tuning {
     size_t struct_size; /* sizeof(castle_tuning); castle_context_get_tuning sets it */
 #define CASTLE_TUNING_FIELD_(field, macro, lo, hi, flags, help) unsigned field;
