@@ -305,15 +305,28 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         if (first_row) /* in mt_product's order: one chain, c ascending */
             for (int q = 0; q < BW_ROWS; ++q) {
                 const int r = lid + q * NT;
-                for (int c = 0; c < cols && r < BLK; ++c)
+                int c = 0;
+                /* row-major tiles (TM = 1): four columns per pair of vector loads, the same chain */
+                if (!MT_AT)
+                    for (; c + 4 <= cols && r < BLK; c += 4) {
+                        const float4 x = vload4(0, B2 + MT_AOFF(r, BW_WB, c));
+                        const float4 y = vload4(0, B4 + MT_AOFF(r, BW_WB, c));
+                        delta[q] += x.s0 * y.s0;
+                        delta[q] += x.s1 * y.s1;
+                        delta[q] += x.s2 * y.s2;
+                        delta[q] += x.s3 * y.s3;
+                    }
+                for (; c < cols && r < BLK; ++c)
                     delta[q] += B2[MT_AOFF(r, BW_WB, c)] * B4[MT_AOFF(r, BW_WB, c)];
             }
         for (int c = 0; c < cols; c += DT) {
             ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-                mt_product(s1[m], MT_A(B0, row0, BW_WB, c), B1 + c * BLK + col0, BLK, DT);
-                if (!diag)
-                    mt_product(s2[m], MT_A(B0, row0, BW_WB, c), B6 + c * BLK + col0, BLK, DT);
+                if (diag)
+                    mt_product(s1[m], MT_A(B0, row0, BW_WB, c), B1 + c * BLK + col0, BLK, DT);
+                else /* QC KC^T and QC D^T: QC's fragments loaded once for both */
+                    mt_product_2b(s1[m], s2[m], MT_A(B0, row0, BW_WB, c), B1 + c * BLK + col0,
+                                  B6 + c * BLK + col0, BLK, DT);
                 mt_product(ap[m], MT_A(B2, row0, BW_WB, c), B3 + c * BLK + col0, BLK, DT);
             }
         }
@@ -507,9 +520,10 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 mt_zero(vq);
                 mt_zero(vv);
                 mt_product_from(vc_, sP + row0, BLK, DO + col0, BW_WD1, row0, diag ? 0 : -1, 0, false, lane);
-                mt_product_from(vq, sdA + row0, BLK, DQ + col0, BW_WD1, row0, diag ? 0 : -1, 0, false, lane);
-                if (!diag)
-                    mt_product(vv, sdSU + row0, BLK, DQ + col0, BW_WD1, BLK);
+                if (diag)
+                    mt_product_from(vq, sdA + row0, BLK, DQ + col0, BW_WD1, row0, 0, 0, false, lane);
+                else /* dA^T QC and dSU^T QC: QC's fragments loaded once for both */
+                    mt_product_2a(vq, vv, sdA + row0, sdSU + row0, BLK, DQ + col0, BW_WD1, BLK);
                 ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                     const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW, gc = c0 + cv;
                     const int s = s0 + rr;
