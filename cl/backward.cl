@@ -322,11 +322,14 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         for (int c = 0; c < cols; c += DT) {
             ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
                 const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
-                if (diag)
-                    mt_product(s1[m], MT_A(B0, row0, BW_WB, c), B1 + c * BLK + col0, BLK, DT);
-                else /* QC KC^T and QC D^T: QC's fragments loaded once for both */
+                if (MT_SHARE && !diag) { /* QC KC^T and QC D^T: QC's fragments loaded once for both */
                     mt_product_2b(s1[m], s2[m], MT_A(B0, row0, BW_WB, c), B1 + c * BLK + col0,
                                   B6 + c * BLK + col0, BLK, DT);
+                } else {
+                    mt_product(s1[m], MT_A(B0, row0, BW_WB, c), B1 + c * BLK + col0, BLK, DT);
+                    if (!diag)
+                        mt_product(s2[m], MT_A(B0, row0, BW_WB, c), B6 + c * BLK + col0, BLK, DT);
+                }
                 mt_product(ap[m], MT_A(B2, row0, BW_WB, c), B3 + c * BLK + col0, BLK, DT);
             }
         }
@@ -520,10 +523,13 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 mt_zero(vq);
                 mt_zero(vv);
                 mt_product_from(vc_, sP + row0, BLK, DO + col0, BW_WD1, row0, diag ? 0 : -1, 0, false, lane);
-                if (diag)
-                    mt_product_from(vq, sdA + row0, BLK, DQ + col0, BW_WD1, row0, 0, 0, false, lane);
-                else /* dA^T QC and dSU^T QC: QC's fragments loaded once for both */
+                if (MT_SHARE && !diag) { /* dA^T QC and dSU^T QC: QC's fragments loaded once for both */
                     mt_product_2a(vq, vv, sdA + row0, sdSU + row0, BLK, DQ + col0, BW_WD1, BLK);
+                } else {
+                    mt_product_from(vq, sdA + row0, BLK, DQ + col0, BW_WD1, row0, diag ? 0 : -1, 0, false, lane);
+                    if (!diag)
+                        mt_product(vv, sdSU + row0, BLK, DQ + col0, BW_WD1, BLK);
+                }
                 ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                     const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW, gc = c0 + cv;
                     const int s = s0 + rr;

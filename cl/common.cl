@@ -375,25 +375,20 @@ __attribute__((always_inline)) inline void mt_product(vfloat *acc, __local const
     }
 }
 
-/* Two products that share an operand, each the chain mt_product takes (so bitwise its results):
-   acc1 += A B1 and acc2 += A B2 (_2b: one A, B operands at b1 and b2 with one stride), or
-   acc1 += A1 B and acc2 += A2 B (_2a).  Under MT_SHARE they run in one loop that loads the shared
-   fragment once per step: on 1 x 4 tiles of float4 columns, 3 local loads per 8 FMA lanes against 4
-   (docs/performance.md).  Under SIMD vectors (VW >= 8, CPUs), where the fragment is a scalar or a
-   vector already in registers, each keeps its own loop: on PoCL the CPU entry's forward ran 1.16
-   times slower with the loops joined.  Callers choose between these and a single mt_product by a
-   branch around the call: a branch inside a contraction loop makes PoCL run that loop over its
-   work-items with the accumulators in memory. */
+/* Two products that share an operand, each the chain mt_product takes (so bitwise its results), in
+   one loop that loads the shared fragment once per step: acc1 += A B1 and acc2 += A B2 (_2b: one A, B
+   operands at b1 and b2 with one stride), or acc1 += A1 B and acc2 += A2 B (_2a).  On 1 x 4 tiles of
+   float4 columns: 3 local loads per 8 FMA lanes against 4 (docs/performance.md).  Used where
+   MT_SHARE (VW < 8, the GPU-shaped mappings); the kernels keep their separate loops otherwise, as
+   a branch `if (MT_SHARE && ...)` that the compiler removes: under SIMD vectors (VW >= 8, CPUs) the
+   fragment is a scalar or a vector already in registers, and on PoCL the CPU entry's forward ran
+   1.16 times slower with the loops joined.  A branch chooses around the call, never inside a
+   contraction loop (which PoCL would run over its work-items with the accumulators in memory). */
 #define MT_SHARE (VW < 8)
 __attribute__((always_inline)) inline void mt_product_2b(vfloat *acc1, vfloat *acc2, __local const float *a,
                                                          const int as, __local const float *b1,
                                                          __local const float *b2, const int bs, const int k1)
 {
-    if (!MT_SHARE) {
-        mt_product(acc1, a, as, b1, bs, k1);
-        mt_product(acc2, a, as, b2, bs, k1);
-        return;
-    }
     for (int kk = 0; kk < k1; ++kk) {
         float x[TM];
         mt_frag_a(x, a + kk * as, as);
@@ -405,11 +400,6 @@ __attribute__((always_inline)) inline void mt_product_2a(vfloat *acc1, vfloat *a
                                                          __local const float *a2, const int as,
                                                          __local const float *b, const int bs, const int k1)
 {
-    if (!MT_SHARE) {
-        mt_product(acc1, a1, as, b, bs, k1);
-        mt_product(acc2, a2, as, b, bs, k1);
-        return;
-    }
     for (int kk = 0; kk < k1; ++kk) {
         float x1[TM], x2[TM];
         vfloat y[TN];

@@ -113,10 +113,13 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             /* one contraction loop per product: a loop with branches inside would be run by PoCL
                with its loop over work-items inside, the accumulators in memory (2x slower) */
-            if (need_d || need_x) /* QC KC^T and QC D^T (or QC VU^T): QC's fragments loaded once */
+            if (MT_SHARE && (need_d || need_x)) { /* QC KC^T and QC D^T (or QC VU^T): QC loaded once */
                 mt_product_2b(s1[m], sx[m], MT_A_KS(tQC, row0, DT, 0, KS), tKC + col0, tDV + col0, KS, DT);
-            else
+            } else {
                 mt_product(s1[m], MT_A_KS(tQC, row0, DT, 0, KS), tKC + col0, KS, DT);
+                if (need_d || need_x)
+                    mt_product(sx[m], MT_A_KS(tQC, row0, DT, 0, KS), tDV + col0, KS, DT);
+            }
             if (gate) /* rows: j' in T_i, columns: s in T_j */
                 mt_product(gl[m], MT_A_KS(tKU, row0, DT, 0, KS), tQU + col0, KS, DT);
         }
