@@ -9,7 +9,7 @@
 # reported and the next one runs.
 #
 # usage: tools/gpu-session.sh [--before DIR] [--tuning T]... [--L N] [--t N] [--batch N] [--heads N]
-#                              [--budget S] [--pack]
+#                              [--budget S] [--limit-scale K] [--pack]
 #   --before DIR  a copy of an earlier cl/ (tools/gpu-session.sh --prepare REV makes one) to time
 #                 against the built kernels, alternating, in the same run
 #   --tuning T    also time the built kernels under tuning T (CASTLE_TUNING's syntax; missing keys
@@ -18,6 +18,8 @@
 #   --L N, --t N  sequence length of the block kernels (4096) and cache length of decode (32768)
 #   --batch N, --heads N  batch entries and heads (2, 16: docs/performance.md's GPU shape)
 #   --budget S    skip the steps that would start after S seconds (default 420)
+#   --limit-scale K  multiply every step's time limit (120 or 200 s) by K (default 1): for a device
+#                 whose first run of a kernel set compiles for minutes (PoCL on a small CPU, cold)
 #   --pack        at the end, move every file of the run but summary.txt into OUT/gpu-session.tgz
 #                 (for a device tool that brings back only a few files from OUT)
 #        tools/gpu-session.sh --prepare REV [DIR]
@@ -49,7 +51,7 @@ if [ "${1:-}" = --prepare ]; then
     echo "gpu-session.sh: $rev's cl/ in $dir"
     exit 0
 fi
-before= L=4096 t=32768 batch=2 heads=16 budget=420 pack=0 tunings=()
+before= L=4096 t=32768 batch=2 heads=16 budget=420 scale=1 pack=0 tunings=()
 num() { [[ $2 =~ ^[1-9][0-9]*$ ]] || bad "$1 needs a positive integer, not '$2'"; }
 while [ $# -gt 0 ]; do
     case $1 in
@@ -57,10 +59,13 @@ while [ $# -gt 0 ]; do
     --before) [ $# -ge 2 ] || bad "--before needs a folder"; before=$2; shift 2 ;;
     --pack) pack=1; shift ;;
     --tuning) [ $# -ge 2 ] && [ -n "$2" ] || bad "--tuning needs a tuning"; tunings+=("$2"); shift 2 ;;
-    --L | --t | --batch | --heads | --budget)
+    --L | --t | --batch | --heads | --budget | --limit-scale)
         [ $# -ge 2 ] || bad "$1 needs a value"
         num "$1" "$2"
-        case $1 in --L) L=$2 ;; --t) t=$2 ;; --batch) batch=$2 ;; --heads) heads=$2 ;; --budget) budget=$2 ;; esac
+        case $1 in
+        --L) L=$2 ;; --t) t=$2 ;; --batch) batch=$2 ;; --heads) heads=$2 ;; --budget) budget=$2 ;;
+        --limit-scale) scale=$2 ;;
+        esac
         shift 2 ;;
     *) bad "unknown option $1" ;;
     esac
@@ -79,7 +84,7 @@ mkdir -p "$out" || bad "cannot create $out"
 out=$(cd "$out" && pwd)
 start=$SECONDS failed=0 made=() # made: the files of OUT this run writes, but summary.txt
 step() { # <name> <limit s> <command...>: output to $out/<name>.txt, the outcome on stdout
-    local name=$1 limit=$2 rc=0 t0=$SECONDS
+    local name=$1 limit=$(($2 * scale)) rc=0 t0=$SECONDS
     shift 2
     if ((SECONDS - start >= budget)); then
         echo "-- $name: skipped (budget of $budget s spent)"
