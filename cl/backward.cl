@@ -153,7 +153,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     __global float *Wlo = ws + ws_wlo + bhd;
     __global float *dD = ws + ws_dd + bhd;
     __global float *Delta = ws + ws_delta + (ulong)bh * Lpad; /* per row, written at the row's first touch */
-    __global const float *X = ws + ws_x + ((ulong)bh * N + i) * (2 * BLK * BLK), *XT = X + BLK * BLK;
+    __global const float *X = ws + ws_x + ((ulong)bh * N + i) * (2 * BLK * BLK);
     __global float *dYsum = ws + ws_dy + ((ulong)bh * N + i) * (BLK * BLK); /* row block i's dY so far */
     /* block-transposed copies of the inputs (common.cl, castle_transpose_blocks) */
     __global const float *xqu = tcopy(ws, ws_t, CASTLE_T_QU, bh, Lpad, d);
@@ -245,9 +245,11 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             }
         }
 #if !MT_AM_ROWS /* else Y is read row-major (MT_AM) */
-    if (gate) /* Yt: the forward's X^T */
+    if (gate) { /* Yt: the forward's X^T, stored after X */
+        __global const float *XT = X + BLK * BLK;
         FOR_SHARE(e, BLK * BLK / VW)
             VSTORE(GVLOAD(XT + e * VW), sYt + e * VW);
+    }
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
 

@@ -139,9 +139,11 @@ castle_status castle__program_source(castle_family f, const castle_tuning *tunin
         if (p->macro)
             used += (size_t)snprintf(opt + used, OPT_BYTES - used, " -D%s=%u", p->macro, castle__tuning_get(t, p));
     }
-    /* then the constants the kernels share with the host (defined once, in C) */
+    /* then the constants the kernels share with the host (defined once, in C), the family's own
+       option and CASTLE_BUILD_QUIET (program.h) */
     snprintf(opt + used, OPT_BYTES - used,
-             " -DCASTLE_MAX_HEAD_DIM=%d -DCASTLE_HEAD_DIM_CLASS=%d -DCASTLE_DECODE_ROWS=%d -DCASTLE_DECODE_GROUP=%d%s",
+             " -DCASTLE_MAX_HEAD_DIM=%d -DCASTLE_HEAD_DIM_CLASS=%d -DCASTLE_DECODE_ROWS=%d -DCASTLE_DECODE_GROUP=%d%s"
+             CASTLE_BUILD_QUIET,
              CASTLE_MAX_HEAD_DIM, dclass, CASTLE_DECODE_ROWS, CASTLE_DECODE_GROUP, families[f].option);
     free(sizes);
     free(common);

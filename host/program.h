@@ -48,9 +48,16 @@ castle_status castle__find_kernel(castle_context *ctx, castle_family f, size_t d
    in registers sized by it, the smallest of 64, 128, 256 that holds d (cl/common.cl, ACC); every
    other program serves every d (CASTLE_MAX_HEAD_DIM). */
 int castle__head_dim_class(castle_family f, const castle_tuning *t, size_t d);
+/* The last of every program's build options: -w, the OpenCL option that suppresses the compiler's
+   warnings.  On a successful build nothing reads them, and PoCL's compiler also writes their count
+   to the process's stderr ("65 warnings generated.", on x86 CPUs without AVX-512: notes that a
+   16-float argument changes the calling convention), which would make the library print.
+   tests/kernel_lint.sh keeps the kernels free of warnings under clang's -Wall -Wextra instead. */
+#define CASTLE_BUILD_QUIET " -w"
 /* The assembled program source and build options of family f under t for head-dimension class
-   dclass (malloc'd; caller frees): one -D option per kernel macro of CASTLE_TUNING_PARAMS, with the
-   values of castle__family_tuning(f, t). */
+   dclass (malloc'd; caller frees): -cl-std=CL1.2, one -D option per kernel macro of
+   CASTLE_TUNING_PARAMS with the values of castle__family_tuning(f, t), the constants the kernels
+   share with the host, then CASTLE_BUILD_QUIET. */
 castle_status castle__program_source(castle_family f, const castle_tuning *t, int dclass, char **source,
                                      char **options);
 /* The tuning family f's kernels run under: t, with the CASTLE backward's own work-group size and

@@ -1,0 +1,108 @@
+/* kernel_lint DIR: writes every distinct kernel program the library builds under its built-in tuning
+   table into DIR, for tests/kernel_lint.sh to compile with clang's warnings on.  For each table
+   entry, each family whose program that entry builds (the causal forward's own program only where
+   castle__causal_forward_family says so) and each head-dimension class (64, 128, 256; the families
+   that do not depend on it give one program), DIR/NNN.cl holds the program's source and DIR/NNN.opt
+   its build options less CASTLE_BUILD_QUIET (so that the compiler's warnings are seen), and a line
+   "NNN entry family-file class" goes to DIR/index.  Programs equal to one already written (same
+   file, same options) are skipped.  The sources are those the library would build: $CASTLE_CL_DIR's
+   if set, else the embedded copies.  Exit status 0, or 1 with a message on stderr. */
+#include "program.h"
+#include "tuning.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_PROGRAMS = 256 };
+
+static const char *const family_files[CASTLE_FAMILY_COUNT] = {
+    [CASTLE_FAMILY_FORWARD] = "forward",
+    [CASTLE_FAMILY_BACKWARD] = "backward",
+    [CASTLE_FAMILY_CACHE] = "cache",
+    [CASTLE_FAMILY_CAUSAL] = "causal",
+    [CASTLE_FAMILY_CAUSAL_FORWARD] = "causal_forward",
+};
+
+static int write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) == EOF || fclose(f) != 0) {
+        fprintf(stderr, "kernel_lint: cannot write %s\n", path);
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: kernel_lint DIR\n");
+        return 2;
+    }
+    static char *seen[MAX_PROGRAMS];
+    static castle_family seen_family[MAX_PROGRAMS];
+    int n = 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/index", argv[1]);
+    FILE *index = fopen(path, "w");
+    if (!index) {
+        fprintf(stderr, "kernel_lint: cannot write %s\n", path);
+        return 1;
+    }
+    static const int classes[] = {64, 128, 256};
+    const size_t quiet = strlen(CASTLE_BUILD_QUIET);
+    for (size_t e = 0; e < castle__tuning_table_size(); ++e) {
+        castle_tuning t;
+        const char *entry = castle__tuning_table_entry(e, &t);
+        for (int f = 0; f < CASTLE_FAMILY_COUNT; ++f) {
+            if ((f == CASTLE_FAMILY_CAUSAL_FORWARD) &&
+                castle__causal_forward_family(&t) != CASTLE_FAMILY_CAUSAL_FORWARD)
+                continue;
+            for (size_t c = 0; c < sizeof classes / sizeof classes[0]; ++c) {
+                const int dclass = castle__head_dim_class((castle_family)f, &t, (size_t)classes[c]);
+                char *src, *opt;
+                if (castle__program_source((castle_family)f, &t, dclass, &src, &opt) != CASTLE_SUCCESS) {
+                    fprintf(stderr, "kernel_lint: %s, %s: %s\n", entry, family_files[f], castle_last_error());
+                    return 1;
+                }
+                const size_t len = strlen(opt);
+                if (len < quiet || strcmp(opt + len - quiet, CASTLE_BUILD_QUIET) != 0) {
+                    fprintf(stderr, "kernel_lint: the options '%s' do not end with '%s'\n", opt, CASTLE_BUILD_QUIET);
+                    return 1;
+                }
+                opt[len - quiet] = '\0';
+                int dup = 0;
+                for (int i = 0; i < n && !dup; ++i)
+                    dup = seen_family[i] == (castle_family)f && strcmp(seen[i], opt) == 0;
+                int fail = 0;
+                if (!dup) {
+                    if (n == MAX_PROGRAMS) {
+                        fprintf(stderr, "kernel_lint: more than %d programs\n", MAX_PROGRAMS);
+                        return 1;
+                    }
+                    snprintf(path, sizeof path, "%s/%03d.cl", argv[1], n);
+                    fail = write_file(path, src);
+                    snprintf(path, sizeof path, "%s/%03d.opt", argv[1], n);
+                    fail = fail || write_file(path, opt);
+                    fprintf(index, "%03d %s %s %d\n", n, entry, family_files[f], dclass);
+                    seen_family[n] = (castle_family)f;
+                    seen[n++] = opt;
+                } else {
+                    free(opt);
+                }
+                free(src);
+                if (fail)
+                    return 1;
+                if (dclass == CASTLE_MAX_HEAD_DIM && classes[c] < CASTLE_MAX_HEAD_DIM)
+                    break; /* the family's program serves every class */
+            }
+        }
+    }
+    if (fclose(index) != 0) {
+        fprintf(stderr, "kernel_lint: cannot write %s/index\n", argv[1]);
+        return 1;
+    }
+    printf("kernel_lint: %d programs from %zu tuning entries in %s\n", n, castle__tuning_table_size(), argv[1]);
+    return 0;
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# kernel_lint.sh KERNEL_LINT CLANG: compiles every kernel program the library builds under its
+# built-in tuning table (tests/kernel_lint.c writes them) with CLANG as OpenCL C 1.2 for the SPIR
+# target, syntax and semantics only, under -Wall -Wextra -Werror.  -Wno-unused-parameter: a kernel
+# takes the arguments of every configuration its family has, and some tunings leave some unread.
+# The library builds with -w (host/program.h, CASTLE_BUILD_QUIET), so this is where the kernels'
+# warnings are seen.  Exit status 0 when every program compiles without a warning, else 1 with the
+# first warnings of each failing program.
+set -euo pipefail
+lint=${1:?usage: kernel_lint.sh KERNEL_LINT CLANG}
+clang=${2:?usage: kernel_lint.sh KERNEL_LINT CLANG}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$lint" "$work"
+n=0 bad=0
+while read -r id entry family class; do
+    n=$((n + 1))
+    # shellcheck disable=SC2046 # the options file holds one build option per word
+    if ! "$clang" -x cl -cl-std=CL1.2 -target spir64 -Xclang -finclude-default-header -fsyntax-only \
+        -Wall -Wextra -Wno-unused-parameter -Werror $(cat "$work/$id.opt") "$work/$id.cl" >"$work/$id.log" 2>&1; then
+        bad=$((bad + 1))
+        echo "FAIL $entry $family (head-dimension class $class): $(cat "$work/$id.opt")"
+        grep -E 'error|warning' "$work/$id.log" | head -5
+    fi
+done <"$work/index"
+[ "$n" -gt 0 ] || { echo "kernel_lint.sh: no programs" >&2; exit 1; }
+echo "kernel_lint.sh: $((n - bad)) of $n programs compile without warnings ($("$clang" --version | head -1))"
+[ "$bad" = 0 ]
