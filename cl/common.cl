@@ -336,18 +336,24 @@ __attribute__((always_inline)) inline void mt_zero(vfloat *acc)
         acc[e] = (vfloat)(0.0f);
 }
 
-/* y += x b[0 .. MT_COLS): the TM x TN outer product of one contraction step, for the rows i >= i0 of
-   the tile (i0 a compile-time constant once unrolled). */
-__attribute__((always_inline)) inline void mt_step_from(vfloat *y, const float *x, __local const float *b,
-                                                        const int i0)
+/* y += x v, both fragments loaded: the TM x TN outer product of one contraction step, for the rows
+   i >= i0 of the tile (i0 a compile-time constant once unrolled). */
+__attribute__((always_inline)) inline void mt_outer(vfloat *y, const float *x, const vfloat *v, const int i0)
 {
-    vfloat v[TN];
-    mt_frag_b(v, b);
 #pragma unroll
     for (int i = i0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j)
             y[i * TN + j] += x[i] * v[j];
+}
+
+/* y += x b[0 .. MT_COLS): mt_outer with B's fragment loaded from b. */
+__attribute__((always_inline)) inline void mt_step_from(vfloat *y, const float *x, __local const float *b,
+                                                        const int i0)
+{
+    vfloat v[TN];
+    mt_frag_b(v, b);
+    mt_outer(y, x, v, i0);
 }
 
 /* One contraction step with the A fragment already loaded: acc += x b[0 .. MT_COLS). */
@@ -406,13 +412,8 @@ __attribute__((always_inline)) inline void mt_product_2a(vfloat *acc1, vfloat *a
         mt_frag_a(x1, a1 + kk * as, as);
         mt_frag_a(x2, a2 + kk * as, as);
         mt_frag_b(y, b + kk * bs);
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                acc1[i * TN + j] += x1[i] * y[j];
-                acc2[i * TN + j] += x2[i] * y[j];
-            }
+        mt_outer(acc1, x1, y, 0);
+        mt_outer(acc2, x2, y, 0);
     }
 }
 
