@@ -371,40 +371,13 @@ __attribute__((always_inline)) inline void mt_step(vfloat *acc, const float *x, 
    takes TM x TN independent chains, and partial sums (the even and the odd kk apart, as the products
    once were) doubled the registers a product holds; clang's count for the backward under 2 x 4 tiles
    went from 254 to 168 without them (docs/performance.md).  Called with k1 = BLK, DT or a row0. */
-/* One row per micro-tile (TM = 1) under float4 or scalar columns (VW <= 4, the GPU-shaped
-   mappings; the GPU entries' backward, btm = 1): an A operand staged row-major (as = 1, MT_A when
-   TM = 1) holds the values of four consecutive steps side by side, so a product loads them as one
-   float4 (MT_LOADA_4) every four steps instead of a float per step.  It is aligned: such tiles
-   start a multiple of 4 floats into LM_ALIGNED arrays, their rows are DT or a multiple of DT wide,
-   and the products start at column multiples of DT (dchunk >= 4).  On NVIDIA's shared memory the
-   scalar loads were bank conflicts too: the 32 work-items of a warp cover four rows of 32 x 32
-   products, whose values for one step lie a row stride apart (32 floats in the GPU entry's backward
-   phase B, 80 in its phase A: four or two rows to a bank); one float4 per row per four steps halves
-   or quarters those wavefronts.  The terms and their order are mt_product's: bitwise the same sums. */
-#if TM == 1 && VW <= 4
-#define MT_A_ROW4 1
-#else
-#define MT_A_ROW4 0
-#endif
-#define MT_A_ROW4_OK(as, k1) (MT_A_ROW4 && (as) == 1 && (k1) % 4 == 0)
 __attribute__((always_inline)) inline void mt_product(vfloat *acc, __local const float *a, const int as,
                                                       __local const float *b, const int bs, const int k1)
 {
-    if (MT_A_ROW4_OK(as, k1)) {
-#pragma unroll 1
-        for (int kk = 0; kk < k1; kk += 4) {
-            float x[4];
-            MT_LOADA_4(x, a + kk);
-#pragma unroll
-            for (int q = 0; q < 4; ++q)
-                mt_step(acc, x + q, b + (kk + q) * bs);
-        }
-    } else {
-        for (int kk = 0; kk < k1; ++kk) {
-            float x[TM];
-            mt_frag_a(x, a + kk * as, as);
-            mt_step(acc, x, b + kk * bs);
-        }
+    for (int kk = 0; kk < k1; ++kk) {
+        float x[TM];
+        mt_frag_a(x, a + kk * as, as);
+        mt_step(acc, x, b + kk * bs);
     }
 }
 
@@ -422,24 +395,11 @@ __attribute__((always_inline)) inline void mt_product_2b(vfloat *acc1, vfloat *a
                                                          const int as, __local const float *b1,
                                                          __local const float *b2, const int bs, const int k1)
 {
-    if (MT_A_ROW4_OK(as, k1)) {
-#pragma unroll 1
-        for (int kk = 0; kk < k1; kk += 4) {
-            float x[4];
-            MT_LOADA_4(x, a + kk);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                mt_step(acc1, x + q, b1 + (kk + q) * bs);
-                mt_step(acc2, x + q, b2 + (kk + q) * bs);
-            }
-        }
-    } else {
-        for (int kk = 0; kk < k1; ++kk) {
-            float x[TM];
-            mt_frag_a(x, a + kk * as, as);
-            mt_step(acc1, x, b1 + kk * bs);
-            mt_step(acc2, x, b2 + kk * bs);
-        }
+    for (int kk = 0; kk < k1; ++kk) {
+        float x[TM];
+        mt_frag_a(x, a + kk * as, as);
+        mt_step(acc1, x, b1 + kk * bs);
+        mt_step(acc2, x, b2 + kk * bs);
     }
 }
 __attribute__((always_inline)) inline void mt_product_2a(vfloat *acc1, vfloat *acc2, __local const float *a1,
@@ -477,10 +437,9 @@ __attribute__((always_inline)) inline void mt_product_lower(vfloat *acc, __local
 
 /* The A operand of a product from a BLK x w tile staged by stage_tile(.., MT_AT), from its column c:
    k-major (t[c * BLK + r]) in general, so that a step loads the TM rows' values as one vector; but with
-   one row per micro-tile (TM = 1: the GPU entries' backward, derived tunings) a step reads one
-   value, and the tile is staged as it lies in memory (t[r * w + c]: a vector copy per VW floats
-   instead of a transposition, which on PoCL cost as much as the products), where under VW <= 4 four
-   steps' values are one float4 (MT_A_ROW4).  MT_AOFF is the offset of entry (r, c), MT_A the (pointer, stride)
+   one row per micro-tile (TM = 1, e.g. a derived CPU tuning) a step reads one value, and the tile is staged as it
+   lies in memory (t[r * w + c]: a vector copy per VW floats instead of a transposition, which on PoCL
+   cost as much as the products).  MT_AOFF is the offset of entry (r, c), MT_A the (pointer, stride)
    pair of mt_product's a and as; the _KS forms are for a tile staged by stage_cols(.., ks, w, ..,
    MT_AT), k-major with row stride ks. */
 #if TM == 1
