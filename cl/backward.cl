@@ -236,7 +236,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-                const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+                const int rr = MT_EROW(row0, e), cv = MT_ECOL(col0, e);
                 const vfloat gg = castle_gate_v(g[m][e], sc, s0 + rr, (float)(t0 + cv) + lane, L, W);
                 g[m][e] = gv[m][e]; /* dG so far; G is read back from sG where dZ needs it */
                 VSTORE(gg, sG + rr * BLK + cv);
@@ -285,7 +285,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                     if (gate) /* the forward's D update G[T_j,T_i] VU[T_i] */
                         mt_product(dv, sGt + row0, BLK, B5 + c + col0, BW_WB, BLK);
                     ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-                        const int rr = row0 + e / TN, cv = c + col0 + (e % TN) * VW, gc = c0 + cv;
+                        const int rr = MT_EROW(row0, e), cv = MT_ECOL(c + col0, e), gc = c0 + cv;
                         const int s = s0 + rr;
                         vfloat hi = (vfloat)(0.0f);
                         if (s < L && gc < d) {
@@ -366,7 +366,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         if (gate) /* X[t][j'] = 0 beyond j' = t */
             mt_product_lower(su, MT_AM(sY, sYt, row0), sGt + col0, BLK, row0);
         ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-            const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+            const int rr = MT_EROW(row0, e), cv = MT_ECOL(col0, e);
             const int t = t0 + rr;
             const vfloat gs = castle_sigmoid_v(su[e]); /* the forward's castle_silu_v(su) = su gs */
             const vfloat a = sc * s1[m][e] - su[e] * gs;
@@ -384,7 +384,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
     ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
         const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
         ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-            const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+            const int rr = MT_EROW(row0, e), cv = MT_ECOL(col0, e);
             VSTORE(s1[m][e], sP + rr * BLK + cv);
             VSTORE(ap[m][e], sdA + rr * BLK + cv);
             VSTORE(s2[m][e], sdSU + rr * BLK + cv);
@@ -415,7 +415,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             else
                 mt_product(dy[m], MT_AM(sdSU, sdSUt, row0), sG + col0, BLK, BLK);
             ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-                const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+                const int rr = MT_EROW(row0, e), cv = MT_ECOL(col0, e);
                 dy[m][e] = select((vfloat)(0.0f), dy[m][e], VISLESSEQ((float)cv + lane, (vfloat)(float)rr));
             }
             mt_product_from(g[m], sdSU + row0, BLK, sY + col0, BLK, row0, diag ? 0 : -1, col0, true, lane);
@@ -424,7 +424,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-                __global float *p = dYsum + (row0 + e / TN) * BLK + col0 + (e % TN) * VW;
+                __global float *p = dYsum + MT_EROW(row0, e) * BLK + MT_ECOL(col0, e);
                 const vfloat v = first_row ? dy[m][e] : GVLOAD(p) + dy[m][e];
                 if (diag)
                     dy[m][e] = v; /* the whole dY of row block i */
@@ -437,7 +437,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-                const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+                const int rr = MT_EROW(row0, e), cv = MT_ECOL(col0, e);
                 VSTORE(dy[m][e], sdY + rr * BLK + cv);
                 if (!MT_AM_ROWS)
                     store_column(sdYt, cv, rr, dy[m][e]);
@@ -511,7 +511,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                         vv[e] += sc * w[e];
                 }
                 ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-                    const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
+                    const int rr = MT_EROW(row0, e), gc = MT_ECOL(c0 + col0, e);
                     const int t = t0 + rr;
                     if (t < L && gc < d) {
                         const int n = min(VW, d - gc);
@@ -533,7 +533,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                         mt_product(vv, sdSU + row0, BLK, DQ + col0, BW_WD1, BLK);
                 }
                 ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-                    const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW, gc = c0 + cv;
+                    const int rr = MT_EROW(row0, e), cv = MT_ECOL(col0, e), gc = c0 + cv;
                     const int s = s0 + rr;
                     if (s < L && gc < d) {
                         const int n = min(VW, d - gc);
@@ -554,7 +554,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         ACC_UNROLL for (int m = 0; m < FUPT; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-                const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+                const int rr = MT_EROW(row0, e), cv = MT_ECOL(col0, e);
                 const vfloat gg = VLOAD(sG + rr * BLK + cv);
                 const vfloat dz = select((vfloat)(0.0f), g[m][e] * gg * ((vfloat)(1.0f) - gg),
                                          isnotequal(gg, (vfloat)(0.0f)));
@@ -596,7 +596,7 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                     }
                 }
                 ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-                    const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
+                    const int rr = MT_EROW(row0, e), gc = MT_ECOL(c0 + col0, e);
                     if (gc >= d)
                         continue;
                     const int n = min(VW, d - gc);

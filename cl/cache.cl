@@ -138,7 +138,7 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
-                const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+                const int rr = MT_EROW(row0, e), cv = MT_ECOL(col0, e);
                 const vfloat g = castle_gate_v(gl[m][e], sc, s0 + rr, (float)(j0 + cv) + lane, P, W);
                 if (MT_AM_ROWS)
                     VSTORE(g, sG + rr * BLK + cv);
@@ -161,7 +161,7 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
                 mt_product_band(acc, MT_AM(sG, sGt, row0), tV + col0, DT, row0, lo, hi);
                 #pragma unroll
                 for (int e = 0; e < MT_ACC; ++e) {
-                    const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
+                    const int rr = MT_EROW(row0, e), gc = MT_ECOL(c0 + col0, e);
                     if (s0 + rr < P && gc < d) {
                         __global float *pu = U + (ulong)(s0 + rr) * d + gc;
                         const int n = min(VW, d - gc);

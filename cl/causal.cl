@@ -158,7 +158,7 @@ __attribute__((always_inline)) inline void cc_store_acc(const vfloat *acc, __glo
         ACC_UNROLL for (int m = 0; m < FUPC; ++m) {
             const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
             ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
-                const int row = row0 + e / TN, c = ci * DT + col0 + (e % TN) * VW;
+                const int row = MT_EROW(row0, e), c = MT_ECOL(ci * DT + col0, e);
                 if (row >= nrows || c >= d)
                     continue;
                 const vfloat x = acc[(ci * FUPC + m) * MT_ACC + e] * sc;
@@ -287,7 +287,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
             ACC_UNROLL for (int j = 0; j < TN; ++j) {
                 vfloat mx = (vfloat)(-INFINITY);
                 ACC_UNROLL for (int i = 0; i < TM; ++i) {
-                    const int key = s0 + row0 + i, e = m * MT_ACC + i * TN + j;
+                    const int key = s0 + row0 + i, e = m * MT_ACC + MT_E(i, j);
                     /* key > the lane's position: compared as a small difference, exact in float */
                     const vfloat ahead = (vfloat)(float)(key - pos0 - col0 - j * VW);
                     s[e] = key < nkeys ? select(s[e] * sc, (vfloat)(-INFINITY), VISGREATER(ahead, lane))
@@ -341,7 +341,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
                 const int cv = colv + j * VW;
                 vfloat ps = (vfloat)(0.0f);
                 ACC_UNROLL for (int i = 0; i < TM; ++i) {
-                    const vfloat p = exp(s[m * MT_ACC + i * TN + j] - ref[j]);
+                    const vfloat p = exp(s[m * MT_ACC + MT_E(i, j)] - ref[j]);
                     ps += p;
                     VSTORE(p, sP + (row0 + i) * BLK + cv);
                 }
@@ -366,7 +366,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
                     const int u = lid + m * NT, row0 = MT_ROW0(u, DT), col0 = MT_COL0(u, DT);
                     vfloat *a = acc + (ci * FUPC + m) * MT_ACC;
                     ACC_UNROLL for (int e = 0; e < MT_ACC; ++e)
-                        a[e] *= sA[row0 + e / TN];
+                        a[e] *= sA[MT_EROW(row0, e)];
                     if (all_seen)
                         mt_product(a, sP + row0, BLK, sV + c0 + col0, w, BLK);
                     else
@@ -823,7 +823,7 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
                 const int row = row0 + i;
                 const float lr = sLse[row], dr = sDel[row];
                 ACC_UNROLL for (int j = 0; j < TN; ++j) {
-                    const int e = m * MT_ACC + i * TN + j, c = col0 + j * VW;
+                    const int e = m * MT_ACC + MT_E(i, j), c = col0 + j * VW;
                     /* key s0 + c + lane > query q0 + row: compared as a small difference, exact in float */
                     const vint masked = VISGREATER(lane, (vfloat)(float)clamp(q0 + row - s0 - c, -1, BLK));
                     vfloat p = select(exp(s[e] * sc - lr), (vfloat)(0.0f), masked);
@@ -914,7 +914,7 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
                 const int c = col0 + j * VW;
                 const vfloat lr = VLOAD(sLse + c), dr = VLOAD(sDel + c);
                 ACC_UNROLL for (int i = 0; i < TM; ++i) {
-                    const int e = m * MT_ACC + i * TN + j;
+                    const int e = m * MT_ACC + MT_E(i, j);
                     /* key s0 + row0 + i > query q0 + c + lane: compared as a small difference */
                     const vint masked = VISGREATER((vfloat)(float)clamp(s0 + row0 + i - q0 - c, -1, BLK), lane);
                     VSTORE(select(exp(s[e] * sc - lr) * (g[e] - dr), (vfloat)(0.0f), masked),

@@ -189,7 +189,7 @@ inline vfloat lane_index(void)
 
 /* ---- Register micro-tiles (castle.h "Tuning"; CLBlast xgemm's MWI x NWI) ----------------------
    A product C = A B of a block pair is split into micro-tiles of TM rows x TN vectors of VW columns,
-   one per work-item at a time, held in registers as acc[i * TN + j] (i < TM, j < TN; indices are
+   one per work-item at a time, held in registers as acc[MT_E(i, j)] (i < TM, j < TN; indices are
    compile-time constants once the loops unroll).  Both operands are staged k-major in local memory:
    a[kk * as + r] is entry (r, kk) of A, b[kk * bs + c] entry (kk, c) of B, so that one step of the
    contraction loads the tile's TM values of A and TN x VW values of B as vectors, once each, and
@@ -219,6 +219,16 @@ inline vfloat lane_index(void)
 /* First row and first column of micro-tile u of a matrix with ncols columns (tiles row by row). */
 #define MT_ROW0(u, ncols) (((u) / ((ncols) / MT_COLS)) * TM)
 #define MT_COL0(u, ncols) (((u) % ((ncols) / MT_COLS)) * MT_COLS)
+/* Where a micro-tile's accumulators lie in the matrix: acc[MT_E(i, j)] holds row row0 + i and the
+   VW columns from col0 + j VW of the tile at (row0, col0), so accumulator e (e < MT_ACC) is row
+   MT_EROW(row0, e), columns MT_ECOL(col0, e) onwards.  Loops over e name an accumulator's place
+   with MT_EROW and MT_ECOL, loops over (i, j) its index with MT_E: the layout of a tile in a
+   work-item's registers is spelled here and in mt_outer.  A matrix-unit fragment (mma.sync's,
+   whose elements are spread over the lanes of a warp) would redefine these three with the lane, and
+   the products, rather than each kernel's epilogue. */
+#define MT_E(i, j) ((i) * TN + (j))
+#define MT_EROW(row0, e) ((row0) + (e) / TN)
+#define MT_ECOL(col0, e) ((col0) + ((e) % TN) * VW)
 
 /* The lanes of a float2 or float4 v into x[0 .. 2) or x[0 .. 4) (functions, so that the load that
    gives v is made once, whatever the compiler's optimisation level). */
@@ -344,7 +354,7 @@ __attribute__((always_inline)) inline void mt_outer(vfloat *y, const float *x, c
     for (int i = i0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j)
-            y[i * TN + j] += x[i] * v[j];
+            y[MT_E(i, j)] += x[i] * v[j];
 }
 
 /* y += x b[0 .. MT_COLS): mt_outer with B's fragment loaded from b. */
@@ -514,7 +524,7 @@ __attribute__((always_inline)) inline void mt_product_from(vfloat *acc, __local 
             for (int j = 0; j < TN; ++j) {
                 const vint cm = cols ? VISGREATEREQ((vfloat)(float)kk, (float)(col0 + j * VW) + lane) : VTRUE;
                 const vint m = (ro < 0 || kk >= row0 + i + ro) ? cm : VFALSE;
-                acc[i * TN + j] = select(acc[i * TN + j], acc[i * TN + j] + x[i] * y[j], m);
+                acc[MT_E(i, j)] = select(acc[MT_E(i, j)], acc[MT_E(i, j)] + x[i] * y[j], m);
             }
     }
     const int k0 = max(kmin, kfull);
@@ -533,7 +543,7 @@ __attribute__((always_inline)) inline void mt_product_below(vfloat *acc, __local
         mt_frag_b(y, b + (row0 + q) * bs);
         for (int i = q + 1; i < TM; ++i)
             for (int j = 0; j < TN; ++j)
-                acc[i * TN + j] += x[i] * y[j];
+                acc[MT_E(i, j)] += x[i] * y[j];
     }
 }
 
@@ -557,7 +567,7 @@ __attribute__((always_inline)) inline void mt_product_band(vfloat *acc, __local 
         for (int i = 0; i < TM; ++i)
             if (kk >= row0 + i + lo && kk < row0 + i + hi)
                 for (int j = 0; j < TN; ++j)
-                    acc[i * TN + j] += x[i] * y[j];
+                    acc[MT_E(i, j)] += x[i] * y[j];
     }
 }
 

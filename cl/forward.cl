@@ -140,7 +140,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
             const int u = lid + m * NT, row0 = MT_ROW0(u, BLK), col0 = MT_COL0(u, BLK);
             #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
-                const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+                const int rr = MT_EROW(row0, e), cv = MT_ECOL(col0, e);
                 /* G^T: row j' = t0 + rr, the lanes rows s of G */
                 VSTORE(castle_gate_t_v(gl[m][e], sc, (float)(s0 + cv) + lane, t0 + rr, L, W), sGt + rr * BLK + cv);
                 if (k == 0) { /* rows t = rr, columns j': masked j' <= t, j' < L */
@@ -180,7 +180,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
             mt_product_lower(su, MT_AM(sX, sXt, row0), sGt + col0, BLK, row0);
         #pragma unroll
         for (int e = 0; e < MT_ACC; ++e) {
-            const int rr = row0 + e / TN, cv = col0 + (e % TN) * VW;
+            const int rr = MT_EROW(row0, e), cv = MT_ECOL(col0, e);
             const int t = t0 + rr;
             vfloat a = sc * s1[m][e] - castle_silu_v(su[e]);
             const vfloat sv = (float)(s0 + cv) + lane;
@@ -252,7 +252,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
                 mt_product(acc, sAt + row0, BLK, tV + col0, DT, BLK);
             #pragma unroll
             for (int e = 0; e < MT_ACC; ++e) {
-                const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
+                const int rr = MT_EROW(row0, e), gc = MT_ECOL(c0 + col0, e);
                 const int t = t0 + rr;
                 if (t < L && gc < d) {
                     __global float *po = o + tensor_offset(so, b, h, t) + gc;
@@ -268,7 +268,7 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
                 mt_product(acc, sGt + row0, BLK, tW + col0, DT, BLK);
                 #pragma unroll
                 for (int e = 0; e < MT_ACC; ++e) {
-                    const int rr = row0 + e / TN, gc = c0 + col0 + (e % TN) * VW;
+                    const int rr = MT_EROW(row0, e), gc = MT_ECOL(c0 + col0, e);
                     if (gc < d) {
                         const ulong off = (ulong)(s0 + rr) * d + gc;
                         const int n = min(VW, d - gc);
