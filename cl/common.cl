@@ -536,14 +536,10 @@ __attribute__((always_inline)) inline void mt_product_below(vfloat *acc, __local
                                                             __local const float *b, const int bs, const int row0)
 {
     mt_product(acc, a, as, b, bs, row0);
-    for (int q = 0; q + 1 < TM; ++q) {
+    for (int q = 0; q + 1 < TM; ++q) { /* the diagonal: row row0 + i takes kk = row0 + q for i > q */
         float x[TM];
-        vfloat y[TN];
         mt_frag_a(x, a + (row0 + q) * as, as);
-        mt_frag_b(y, b + (row0 + q) * bs);
-        for (int i = q + 1; i < TM; ++i)
-            for (int j = 0; j < TN; ++j)
-                acc[MT_E(i, j)] += x[i] * y[j];
+        mt_step_from(acc, x, b + (row0 + q) * bs, q + 1);
     }
 }
 
