@@ -120,8 +120,12 @@ castle_status castle__program_source(castle_family f, const castle_tuning *tunin
         return st;
     }
     enum { OPT_BYTES = 512 };
-    size_t n = strlen(prelude) + strlen(sizes) + strlen(common) + strlen(body) + 3;
-    char *src = malloc(n);
+    /* The three files in order, each after a #line directive, so that a compiler's messages and a
+       program's debug lines (tools/oclgrind-banks.sh) give the file and its own line numbers. */
+#define SOURCE_FMT "%s#line 1 \"local_memory.h\"\n%s\n#line 1 \"common.cl\"\n%s\n#line 1 \"%s\"\n%s"
+    const int len = snprintf(NULL, 0, SOURCE_FMT, prelude, sizes, common, families[f].file, body);
+    const size_t n = len < 0 ? 0 : (size_t)len + 1;
+    char *src = n ? malloc(n) : NULL;
     char *opt = malloc(OPT_BYTES);
     if (!src || !opt) {
         free(sizes);
@@ -131,7 +135,8 @@ castle_status castle__program_source(castle_family f, const castle_tuning *tunin
         free(opt);
         return castle__fail(CASTLE_ERR_OUT_OF_HOST_MEMORY, "out of host memory assembling %s", families[f].file);
     }
-    snprintf(src, n, "%s%s\n%s\n%s", prelude, sizes, common, body);
+    snprintf(src, n, SOURCE_FMT, prelude, sizes, common, families[f].file, body);
+#undef SOURCE_FMT
     /* one -D option per kernel macro of castle.h's CASTLE_TUNING_PARAMS */
     size_t used = (size_t)snprintf(opt, OPT_BYTES, "-cl-std=CL1.2");
     for (size_t i = 0; i < castle__tuning_nparams; ++i) {

@@ -55,7 +55,9 @@ int castle__head_dim_class(castle_family f, const castle_tuning *t, size_t d);
    tests/kernel_lint.sh keeps the kernels free of warnings under clang's -Wall -Wextra instead. */
 #define CASTLE_BUILD_QUIET " -w"
 /* The assembled program source and build options of family f under t for head-dimension class
-   dclass (malloc'd; caller frees): -cl-std=CL1.2, one -D option per kernel macro of
+   dclass (malloc'd; caller frees).  The source is cl/local_memory.h, cl/common.cl and the family's
+   file, each after a #line directive naming it, so that build logs and debug lines give file:line.
+   The options: -cl-std=CL1.2, one -D option per kernel macro of
    CASTLE_TUNING_PARAMS with the values of castle__family_tuning(f, t), the constants the kernels
    share with the host, then CASTLE_BUILD_QUIET. */
 castle_status castle__program_source(castle_family f, const castle_tuning *t, int dclass, char **source,
