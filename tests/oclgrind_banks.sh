@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# oclgrind_banks.sh BUILD_DIR: tools/oclgrind-banks.sh, checked and then used.
+# 1. Its counts for tests/banks_probe.c's five kernels, whose costs on 32 four-byte banks are known:
+#    a request of 32 consecutive words takes 1 wavefront, of every other word 2, of words 32 apart 32,
+#    of one word read by all (a broadcast) 1, of 32 consecutive float4s 4.
+# 2. The GPU entry's kernels (castle-info --table's nvidia-gpu line), forward and causal forward at
+#    L = 128 with 48 KiB of local memory: their local loads conflict-free (ratio 1.000: their
+#    micro-tiles read k-major rows).
+set -euo pipefail
+build=$1
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export CASTLE_CACHE_DIR=off
+unset CASTLE_DEVICE # under oclgrind the simulator is the only platform
+bad() { echo "oclgrind_banks.sh: $*" >&2; exit 1; }
+
+"$here/../tools/oclgrind-banks.sh" "$build/tests/banks_probe" 2>"$work/probe.txt" || { cat "$work/probe.txt"; bad "banks_probe failed"; }
+expect() { # <kernel> <loads|stores> <requests> <wavefronts>
+    grep -Eq "^banks: $1 +$2 +requests $3 wavefronts $4 " "$work/probe.txt" ||
+        { cat "$work/probe.txt"; bad "$1 $2: expected $3 requests and $4 wavefronts"; }
+}
+for op in loads stores; do
+    expect banks_linear $op 2 2
+    expect banks_stride2 $op 2 4
+    expect banks_stride32 $op 2 64
+    expect banks_float4 $op 2 8
+done
+expect banks_broadcast loads 2 2
+echo "banks_probe: the five patterns counted as expected"
+
+entry=$("$build/tools/castle-info" --table | awk '$1 == "nvidia-gpu" { print $2 }')
+[ -n "$entry" ] || bad "castle-info --table has no nvidia-gpu entry"
+CASTLE_TUNING=$entry "$here/../tools/oclgrind-banks.sh" "$build/tools/castle-bench" --ops forward \
+    --impls castle,causal --L 128 --batch 1 --heads 1 --repeat 1 --gemm 0 >/dev/null 2>"$work/gpu.txt" ||
+    { cat "$work/gpu.txt"; bad "castle-bench under Oclgrind failed"; }
+grep '^banks: castle' "$work/gpu.txt"
+ratio() { # <kernel> <loads|stores>
+    awk -v k="$1" -v op="$2" '$1 == "banks:" && $2 == k && $3 == op { print $NF; found = 1 } END { if (!found) print "none" }' "$work/gpu.txt"
+}
+check() { # <kernel> <loads|stores> <at most>
+    local r
+    r=$(ratio "$1" "$2")
+    [ "$r" != none ] || bad "no count for $1's $2"
+    awk -v r="$r" -v m="$3" 'BEGIN { exit !(r <= m) }' || bad "$1's $2: $r times the conflict-free wavefronts (at most $3)"
+}
+check castle_forward_block loads 1.0
+check castle_causal_forward loads 1.0
+echo "oclgrind_banks.sh: passed"
