@@ -701,14 +701,42 @@ __attribute__((always_inline)) inline void prefetch_rows(__global const float *p
    row with one vector load (the vectors shared out by FOR_SHARE), and
    a row-major destination (cstride 1) takes them with one vector store: on a CPU device the staging
    costs a few instructions per vector instead of per float (float by float, it cost PoCL's forward
-   40% of its time and the backward more than its products).  With VW = 1, one float per step. */
+   40% of its time and the backward more than its products).  With VW = 1, one float per step.
+   A transposing copy (cstride > 1) stores each vector's VW lanes cstride floats apart.  Shared out
+   row by row, a warp's 32 work-items take 32 / nv rows, and with cstride a multiple of 32 (BLK) a
+   lane store of theirs puts each row's nv words in one of a GPU's 32 banks: 16 wavefronts for one
+   request at nv = 16, where a conflict-free one takes one (tools/oclgrind-banks.sh counts them).
+   Under the GPU-shaped mappings (VW <= 4) with stage order 2 the items go instead in blocks of 32
+   consecutive ones, CT_ROWS = 8 rows x CT_VECS = 4 vectors (where a row has a multiple of 4
+   vectors): a warp's stores then fall in 8 banks, 4 wavefronts at stride BLK and 2 at KS, and its
+   loads still read 4 VW contiguous floats of each row (whole 32-byte sectors when VW = 4).  The
+   same values go to the same places either way. */
+#if STG == 2 && VW <= 4
+#define CT_BLOCKS 1
+#else
+#define CT_BLOCKS 0
+#endif
+#define CT_ROWS 8
+#define CT_VECS 4
+#if (BLK % CT_ROWS) != 0
+#error "block must be a multiple of 8"
+#endif
 __attribute__((always_inline)) inline void copy_tile(__local float *t, const int rstride, const int cstride,
                                                      __global const float *p, ulong rs, int row0, int nrows,
                                                      int c0, int w, int d)
 {
     const int nv = w / VW; /* vectors per row */
+    const bool blocks = CT_BLOCKS && cstride != 1 && nv % CT_VECS == 0;
     FOR_SHARE(e, BLK * nv) {
-        const int r = e / nv, c = (e - r * nv) * VW;
+        int r, c;
+        if (blocks) { /* 32 consecutive items: CT_ROWS rows x CT_VECS vectors */
+            const int g = e / (CT_ROWS * CT_VECS), l = e % (CT_ROWS * CT_VECS);
+            r = (g % (BLK / CT_ROWS)) * CT_ROWS + l % CT_ROWS;
+            c = ((g / (BLK / CT_ROWS)) * CT_VECS + l / CT_ROWS) * VW;
+        } else {
+            r = e / nv;
+            c = (e - r * nv) * VW;
+        }
         const vfloat x = row0 + r < nrows ? gload_part(p + (ulong)(row0 + r) * rs + c0 + c, d - c0 - c)
                                           : (vfloat)(0.0f);
         if (cstride == 1) {
@@ -724,8 +752,7 @@ __attribute__((always_inline)) inline void copy_tile(__local float *t, const int
    consecutive rows of a column then load as one vector) or row-major (t[r * w + c]).  The layout is
    the phase's (ks and w constants), the columns staged the step's (the CASTLE backward's phases stage
    the last, ragged step of d narrower than their layout).  A k-major tile is written by transposing
-   stores, consecutive work-items ks floats apart: with ks = BLK (a multiple of 32) a warp's stores fall
-   in one or two of a GPU's 32 local-memory banks, with ks = KS = BLK + 4 they spread over the banks. */
+   stores (copy_tile says how they meet a GPU's banks; with ks = KS = BLK + 4 they spread further). */
 __attribute__((always_inline)) inline void stage_cols(__local float *t, const int ks, const int w,
                                                       __global const float *p, ulong rs, int row0, int nrows,
                                                       int c0, int n, int d, const bool trans)
