@@ -76,10 +76,13 @@ typedef struct tuning_entry {
    work-items 46.3 / 271.  The backward runs the last shape's 1 x 4 tiles on 128 work-items
    (bthreads, btm): with its loops rolled, as they are, that shape's backward took 91.3 ms in
    another run that day, so about 91 is expected beside the forward's 24.7 (not measured
-   together); 77.6 in the fourth GPU session.  Its 2 x 4 tiles on 128 work-items (btm = 2, which
-   share the d-wide products out over 32 x 32 slabs, CASTLE_BW_SLAB) halve its local loads per FMA
-   under Oclgrind and give bitwise its results; its launches off the diagonal (castle_backward_off)
-   fit 128 registers in clang's PTX: not yet measured on a GPU (docs/performance.md).  The
+   together); 77.6 in the fourth GPU session.  Since 2026-11-29 it runs 2 x 4 tiles on 128
+   work-items instead (btm = 2, which share the d-wide products out over 32 x 32 slabs,
+   CASTLE_BW_SLAB), not yet timed on a GPU: bitwise the same results, half the local loads per FMA
+   (Oclgrind), 0.67 times the instructions and 0.46 times the shared-memory wavefronts of btm = 1
+   (tools/oclgrind-banks.sh: 2.04 times the forward's against 4.45; the H200's 4.76 was measured
+   under btm = 1), and its launches off the diagonal (castle_backward_off) fit 128 registers in
+   clang's PTX (docs/performance.md, ninth session).  The
    forward runs on 128 work-items staging 32 columns of d (fthreads, fdchunk: one 2 x 4 tile of each
    product per work-item, two d steps instead of four; 23 KiB of local memory): on the H200
    (2026-11-27, same shape, one run) 16.4 ms against 22.0 on the shared 64 / 16 (L = 1024
@@ -91,7 +94,7 @@ typedef struct tuning_entry {
    docs/performance.md has the rest. */
 #define CPU_MAPPING .block = 64, .threads = 64, .dchunk = 64, .vector = 16, .tm = 4, .tn = 1, .bthreads = 16
 #define GPU_MAPPING                                                                                     \
-    .block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2, .bthreads = 128, .btm = 1, \
+    .block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2, .bthreads = 128, .btm = 2, \
     .fthreads = 128, .fdchunk = 32
 
 /* First match wins; the last entry is the default.  Values were measured with castle-bench on the

@@ -6,7 +6,7 @@
 # guard regions included), a forward + backward through castle-run, folded and per-diagonal, under
 # the CPU mapping (with its staging order, stage=1), its backward on fewer work-items than block
 # rows (bthreads < block), 4 x 4 scalar register micro-tiles (tm=4 tn=4 vector=1) and the built-in
-# GPU entry (with 48 KiB of local memory; both stage=2; the backward also on 2 x 4 tiles, btm=2), a
+# GPU entry (with 48 KiB of local memory; both stage=2; the backward also on 1 x 4 tiles, btm=1), a
 # prefill + decode through the UQ-KV cache (on each), a prefill of ragged prompts (the cache's gated
 # U pass, each), and the causal baseline's four operations (its backward also on the 4 x 4 tiles, all four on
 # the GPU entry).
@@ -71,9 +71,10 @@ CASTLE_TUNING=block=16,threads=128,dchunk=16,vector=1,tm=1,tn=1 og "$build/tools
 entry=$("$build/tools/castle-info" --table | awk -F'\t' '$1 == "nvidia-gpu" { print $2 }')
 [ -n "$entry" ] || report "castle-info --table lists no nvidia-gpu entry"
 og48() { og --local-mem-size 49152 "$@"; }
+# its backward on 2 x 4 tiles (btm=2): 32 x 32 slabs of the d-wide products, wider than dchunk (and
+# than d = 16); then on the 1 x 4 tiles the H200 timed (btm=1), dchunk's 32 x 16 slabs
 backward_folds ent "$entry" og48 "under the GPU entry"
-# its backward on 2 x 4 tiles: 32 x 32 slabs of the d-wide products, wider than dchunk (and than d = 16)
-backward_folds ent2 "$entry,btm=2" og48 "under the GPU entry with btm=2"
+backward_folds ent1 "$entry,btm=1" og48 "under the GPU entry with btm=1"
 CASTLE_TUNING=$entry og48 "$build/tools/castle-run" decode --in "$work/in" --out "$work/decent" --prompt 30 --chunk 3 \
     --window 5 || report "castle-run decode (GPU entry) failed under Oclgrind"
 # rows that are not 16-byte aligned (d = 18): the GPU mappings' global float4 accesses

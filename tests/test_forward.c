@@ -95,12 +95,12 @@ static const castle_tuning tunings[] = {
     TUNING(.block = 32, .threads = 1024, .dchunk = 32, .vector = 1, .tm = 1, .tn = 1),
     TUNING(.block = 32, .threads = 128, .dchunk = 16, .vector = 1, .tm = 2, .tn = 2), /* the former GPU entry */
     TUNING(.block = 16, .threads = 16, .dchunk = 16, .vector = 1, .tm = 4, .tn = 4, .fold = 1024),
-    /* the GPU entry: the backward on its own shape (128 work-items, 1 x 4 tiles), the forward on 128
-       work-items staging 32 columns */
+    /* the GPU entry before 2026-11-29: the backward on its own shape (128 work-items, 1 x 4 tiles),
+       the forward on 128 work-items staging 32 columns */
     TUNING(.block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2, .bthreads = 128, .btm = 1,
            .fthreads = 128, .fdchunk = 32),
-    /* the same with the backward on 2 x 4 tiles: 128 of them fill a 32 x 32 slab of its d-wide
-       products, which it then takes instead of dchunk's 32 x 16 (CASTLE_BW_SLAB) */
+    /* the GPU entry: the same with the backward on 2 x 4 tiles; 128 of them fill a 32 x 32 slab of
+       its d-wide products, which it then takes instead of dchunk's 32 x 16 (CASTLE_BW_SLAB) */
     TUNING(.block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2, .bthreads = 128, .btm = 2,
            .fthreads = 128, .fdchunk = 32),
     TUNING(.block = 32, .threads = 128, .dchunk = 32, .vector = 4, .tm = 1, .tn = 1, .bthreads = 32, .btm = 4,

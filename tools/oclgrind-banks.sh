@@ -15,7 +15,8 @@
 # Prints to stderr, when the command exits, for each kernel and for its loads and its stores:
 #   banks: KERNEL loads|stores requests R wavefronts W conflict-free M ratio W/M
 # then the six instructions with the most wavefronts above the conflict-free count, each with its
-# file:line (libcastle's programs carry #line directives) and its LLVM IR.
+# file:line and the lines it was inlined at, innermost first (libcastle's programs carry #line
+# directives), and the opening words of its LLVM IR.
 # Exit status: the command's; 2 on a usage error or where the plugin cannot be built.
 # Needs Oclgrind 21.10 (Debian 12's package; the plugin declares that version's interface itself, as
 # Debian packages no Oclgrind headers) and a C++ compiler ($CXX, default c++).  Example, the causal

@@ -156,7 +156,7 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
    its backward on 16 work-items,
    the GPU mapping tm = 2, tn = 1 with 4-wide vectors, 64 work-items and decode = stage = 2, its
    forwards (CASTLE's and the causal baseline's) on 128 work-items staging 32 columns (fthreads,
-   fdchunk), its backward btm = 1 on 128 work-items.
+   fdchunk), its backward on 2 x 4 tiles (btm = 2) on 128 work-items.
    Constraints: each value a power of two in the range below (fold: any integer in it), 0 where "0 =
    derive" is said; threads a multiple of block, at most the device's work-group size, with threads
    x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector dividing
