@@ -875,6 +875,37 @@ START_TEST(test_no_such_device)
 }
 END_TEST
 
+/* A kernel that does not compile (CASTLE_CL_DIR holding a broken forward.cl beside empty common.cl and
+   local_memory.h): castle-run exits 1 and prints the compiler's log, whose messages name the file
+   and line (host/program.c's #line directives), and writes nothing. */
+START_TEST(test_build_failure_log)
+{
+    char dir[PATH_CAP], in[PATH_CAP], out[PATH_CAP], cl[PATH_CAP], path[PATH_CAP];
+    new_dir(dir);
+    make_dir(in, dir, "in");
+    make_dir(cl, dir, "cl");
+    join(out, dir, "out");
+    free(write_inputs(in, 6, (const size_t[4]){1, 1, 3, 4}));
+    join(path, cl, "common.cl");
+    write_all(path, "", 0);
+    join(path, cl, "local_memory.h");
+    write_all(path, "", 0);
+    join(path, cl, "forward.cl");
+    static const char broken[] = "/* line 1 */\nthis is not OpenCL;\n";
+    write_all(path, broken, sizeof broken - 1);
+    char e_dir[PATH_CAP + 16];
+    snprintf(e_dir, sizeof e_dir, "CASTLE_CL_DIR=%s", cl);
+    cli_result r;
+    cli_runve(&r, dir, (const char *const[]){"forward", "--in", in, "--out", out, NULL},
+              (const char *const[]){e_dir, "CASTLE_CACHE_DIR=off", NULL});
+    expect(&r, 1, "CASTLE_ERR_BUILD_FAILED", "a broken forward.cl");
+    expect(&r, 1, "build log", "a broken forward.cl");
+    expect(&r, 1, "forward.cl:2:", "a broken forward.cl");
+    ck_assert_msg(!exists(out), "a failed build created the output directory");
+    cli_free(&r);
+}
+END_TEST
+
 /* A device buffer the driver refuses: castle-run exits 1 naming the buffer and its size, and writes
    nothing.  No device refuses an allocation cheaply, so tests/fail_alloc.c is preloaded: it makes
    clCreateBuffer fail (CL_MEM_OBJECT_ALLOCATION_FAILURE) for CASTLE_TEST_FAIL_BUFFER_BYTES bytes and
@@ -985,6 +1016,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_help);
     tcase_add_test(tc, test_head_dim_too_large);
     tcase_add_test(tc, test_no_such_device);
+    tcase_add_test(tc, test_build_failure_log);
     tcase_add_loop_test(tc, test_allocation_failure_named, 0, (int)(sizeof alloc_cases / sizeof alloc_cases[0]));
     suite_add_tcase(s, tc);
     return s;

@@ -1715,6 +1715,7 @@ START_TEST(test_build_failure)
     expect_reject(&f, &a, CASTLE_ERR_BUILD_FAILED, "forward.cl", "a kernel with a syntax error");
     const char *log = castle_build_log(ctx);
     ck_assert_msg(log != NULL && log[0] != '\0', "CASTLE_ERR_BUILD_FAILED with an empty castle_build_log()");
+    ck_assert_msg(strstr(log, "forward.cl:3:"), "the build log does not name forward.cl's line 3:\n%s", log);
     /* a failed build is not remembered as built: the next call tries again and fails again */
     expect_reject(&f, &a, CASTLE_ERR_BUILD_FAILED, "forward.cl", "the same call again");
 

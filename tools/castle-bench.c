@@ -828,6 +828,6 @@ int main(int argc, char **argv)
     }
     if (opt.json)
         printf("%s]\n", bn.printed ? "\n" : "[");
-    castle_context_destroy(bn.ctx);
+    tool_close_device(bn.ctx);
     return rc;
 }

@@ -245,7 +245,7 @@ static bool run_device(const options *o, const char *spec, bool first)
     free(name);
     free(vendor);
     free(driver);
-    castle_context_destroy(ctx);
+    tool_close_device(ctx);
     return all_pass;
 }
 

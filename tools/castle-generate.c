@@ -119,7 +119,7 @@ int main(int argc, char **argv)
     castle_cache *cache = NULL;
     castle_status st = castle_cache_create(ctx, &desc, &cache);
     if (st)
-        return castle_context_destroy(ctx), fail(st, "castle_cache_create");
+        return fail(st, "castle_cache_create"), tool_close_device(ctx), 1;
 
     /* 2. Prefill: the prompt's six projections in, its outputs out, the cache filled. */
     cl_mem in[6], o = clCreateBuffer(cl, CL_MEM_READ_WRITE, B * H * P * d * sizeof(float), NULL, NULL);
@@ -160,6 +160,6 @@ done:
     if (o)
         clReleaseMemObject(o);
     castle_cache_destroy(cache);
-    castle_context_destroy(ctx);
+    tool_close_device(ctx);
     return rc;
 }

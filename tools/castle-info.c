@@ -10,6 +10,7 @@
 #include "castle/castle.h"
 
 #include "harness.h"
+#include "tool.h"
 #include "tolerance.h"
 
 #include <errno.h>
@@ -28,7 +29,6 @@
 /* Same caps as castle_context_create_default, so that flat indices agree with the library. */
 #define MAX_PLATFORMS 64
 #define MAX_DEVICES 64
-#define BUILD_LOG_LINES 12
 
 static const char *prog = "castle-info";
 
@@ -190,31 +190,6 @@ static bool parse_spec(const char *spec, long *p, long *d, bool *flat)
 
 /* ---- one device ------------------------------------------------------------------------------ */
 
-static void print_build_log(const castle_context *ctx)
-{
-    const char *log = castle_build_log(ctx);
-    if (!log || !*log) {
-        printf("    build log: (empty)\n");
-        return;
-    }
-    printf("    build log (first %d lines):\n", BUILD_LOG_LINES);
-    int lines = 0;
-    const char *s = log;
-    while (*s && lines < BUILD_LOG_LINES) {
-        const char *nl = strchr(s, '\n');
-        size_t len = nl ? (size_t)(nl - s) : strlen(s);
-        if (len > 200)
-            len = 200;
-        printf("      | %.*s\n", (int)len, s);
-        ++lines;
-        if (!nl)
-            break;
-        s = nl + 1;
-    }
-    if (*s && lines >= BUILD_LOG_LINES)
-        printf("      | ...\n");
-}
-
 static const char *layout_name(h_layout l) { return l == H_BLHD ? "BLHD" : l == H_PADDED ? "padded" : "BHLD"; }
 
 /* Runs the self-test cases on ctx; prints the verdict.  Returns true on PASS. */
@@ -253,7 +228,7 @@ static bool self_test(castle_context *ctx, cl_context clc, cl_device_id dev)
             pass = false;
             printf("    self-test: FAIL (%s)\n", reason);
             if (st == CASTLE_ERR_BUILD_FAILED)
-                print_build_log(ctx);
+                tool_print_build_log(stdout, ctx, TOOL_BUILD_LOG_LINES);
             break;
         }
         const double e = fmax(out.err_o, out.err_lse);

@@ -379,7 +379,7 @@ done:
         npy_free(&arr[t]);
     if (j.ws)
         clReleaseMemObject(j.ws);
-    castle_context_destroy(j.ctx);
+    tool_close_device(j.ctx);
     return rc;
 }
 
@@ -505,7 +505,7 @@ done:
     for (int t = 0; t < 6; ++t)
         npy_free(&arr[t]);
     castle_cache_destroy(j.cache);
-    castle_context_destroy(j.ctx);
+    tool_close_device(j.ctx);
     return rc;
 }
 

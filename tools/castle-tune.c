@@ -425,7 +425,7 @@ int main(int argc, char **argv)
     const size_t n = opt.heads * opt.L * opt.d;
     float *host = malloc(n * sizeof(float));
     if (!host) {
-        castle_context_destroy(tu.ctx);
+        tool_close_device(tu.ctx);
         return 1;
     }
     for (size_t i = 0; i < n; ++i)
@@ -636,6 +636,6 @@ done:
     for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
         if (tu.buf[t])
             clReleaseMemObject(tu.buf[t]);
-    castle_context_destroy(tu.ctx);
+    tool_close_device(tu.ctx);
     return rc;
 }

@@ -5,22 +5,62 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+/* The context tool_open_device opened (until tool_close_device), whose build log tool_fail prints. */
+static const castle_context *opened;
+
+void tool_print_build_log(FILE *f, const castle_context *ctx, int max_lines)
+{
+    const char *log = castle_build_log(ctx);
+    if (!log || !*log) {
+        fprintf(f, "    build log: (empty)\n");
+        return;
+    }
+    fprintf(f, "    build log (first %d lines):\n", max_lines);
+    int lines = 0;
+    const char *s = log;
+    while (*s && lines < max_lines) {
+        const char *nl = strchr(s, '\n');
+        size_t len = nl ? (size_t)(nl - s) : strlen(s);
+        if (len > 200)
+            len = 200;
+        fprintf(f, "      | %.*s\n", (int)len, s);
+        ++lines;
+        if (!nl)
+            break;
+        s = nl + 1;
+    }
+    if (*s && lines >= max_lines)
+        fprintf(f, "      | ...\n");
+}
 
 int tool_fail(const char *prog, castle_status st, const char *what)
 {
     const char *why = castle_last_error();
     fprintf(stderr, "%s: %s failed: %s\n", prog, what, why && *why ? why : castle_status_string(st));
+    if (st == CASTLE_ERR_BUILD_FAILED && opened)
+        tool_print_build_log(stderr, opened, TOOL_BUILD_LOG_LINES);
     return 1;
 }
 
 int tool_open_device(const char *prog, const char *spec, castle_context **ctx)
 {
     castle_status st = castle_context_create_default(spec, ctx);
-    if (st == CASTLE_SUCCESS)
+    if (st == CASTLE_SUCCESS) {
+        opened = *ctx;
         return 0;
+    }
     tool_fail(prog, st, "opening the device");
     return st == CASTLE_ERR_BAD_DEVICE_SPEC ? 2 : 1;
+}
+
+void tool_close_device(castle_context *ctx)
+{
+    if (ctx == opened)
+        opened = NULL;
+    castle_context_destroy(ctx);
 }
 
 double tool_now_ms(void)

@@ -13,14 +13,25 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* Opens the device spec names (NULL: $CASTLE_DEVICE, else 0:0) with castle_context_create_default.
    On failure prints "<prog>: opening the device failed: <reason>" to stderr and returns 2 for a
    malformed spec (bad usage), 1 otherwise; 0 on success. */
 int tool_open_device(const char *prog, const char *spec, castle_context **ctx);
 
-/* Prints "<prog>: <what> failed: <castle_last_error() or the status name>" to stderr; returns 1. */
+/* Prints "<prog>: <what> failed: <castle_last_error() or the status name>" to stderr, and for
+   CASTLE_ERR_BUILD_FAILED the first TOOL_BUILD_LOG_LINES lines of the compiler's log of the context
+   tool_open_device opened (file:line of cl/, host/program.c); returns 1. */
 int tool_fail(const char *prog, castle_status st, const char *what);
+#define TOOL_BUILD_LOG_LINES 12
+
+/* castle_context_destroy(ctx), and tool_fail forgets it where tool_open_device opened it. */
+void tool_close_device(castle_context *ctx);
+
+/* The first max_lines lines of ctx's newest build log (castle_build_log), indented, to f; lines
+   longer than 200 characters are cut. */
+void tool_print_build_log(FILE *f, const castle_context *ctx, int max_lines);
 
 /* One run of an operation: enqueue it on its queue after `wait` (NULL: nothing to wait for) and
    return the event of its last command in *end. */
