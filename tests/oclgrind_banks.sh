@@ -3,10 +3,12 @@
 # 1. Its counts for tests/banks_probe.c's five kernels, whose costs on 32 four-byte banks are known:
 #    a request of 32 consecutive words takes 1 wavefront, of every other word 2, of words 32 apart 32,
 #    of one word read by all (a broadcast) 1, of 32 consecutive float4s 4.
-# 2. The GPU entry's kernels (castle-info --table's nvidia-gpu line), forward and causal forward at
-#    L = 128 with 48 KiB of local memory: the forward's local loads conflict-free (ratio 1.000: its
-#    micro-tiles read k-major rows), and the causal forward's stores, most of them the transposing
-#    copies of cl/common.cl's copy_tile, within 2.5 times the conflict-free count (7.4 when a warp's
+# 2. The GPU entry's kernels (castle-info --table's nvidia-gpu line), CASTLE's forward and backward
+#    and the causal forward at L = 128 with 48 KiB of local memory: the forwards' local loads
+#    conflict-free (ratio 1.000: their micro-tiles read k-major rows), the backward's within 1.1
+#    times the conflict-free count (1.05 on its 2 x 4 tiles; 1.37 and 1.61 on the 1 x 4 tiles of
+#    btm = 1, whose one-row fragments read row-major tiles), and the causal forward's stores, most of
+#    them the transposing copies of cl/common.cl's copy_tile, within 2.5 times (7.4 when a warp's
 #    transposing stores all fell in one bank; 2.3 with copy_tile's 8 x 4 blocks).
 set -euo pipefail
 build=$1
@@ -33,7 +35,7 @@ echo "banks_probe: the five patterns counted as expected"
 
 entry=$("$build/tools/castle-info" --table | awk '$1 == "nvidia-gpu" { print $2 }')
 [ -n "$entry" ] || bad "castle-info --table has no nvidia-gpu entry"
-CASTLE_TUNING=$entry "$here/../tools/oclgrind-banks.sh" "$build/tools/castle-bench" --ops forward \
+CASTLE_TUNING=$entry,fold=0 "$here/../tools/oclgrind-banks.sh" "$build/tools/castle-bench" --ops forward,backward \
     --impls castle,causal --L 128 --batch 1 --heads 1 --repeat 1 --gemm 0 >/dev/null 2>"$work/gpu.txt" ||
     { cat "$work/gpu.txt"; bad "castle-bench under Oclgrind failed"; }
 grep '^banks: castle' "$work/gpu.txt"
@@ -49,4 +51,6 @@ check() { # <kernel> <loads|stores> <at most>
 check castle_forward_block loads 1.0
 check castle_causal_forward loads 1.0
 check castle_causal_forward stores 2.5
+check castle_backward_off loads 1.1
+check castle_backward_block loads 1.1
 echo "oclgrind_banks.sh: passed"
