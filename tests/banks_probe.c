@@ -13,6 +13,9 @@
 #include <CL/cl.h>
 #include <stdio.h>
 
+/* K's kernel reads its float4 back through one lane, in a dot product: where all four lanes are
+   summed, Oclgrind's compiler splits the load into four scalar loads (four requests of 32 words four
+   apart), which is no longer the pattern under test. */
 static const char source[] =
     "#define K(name, T, st, ld) __kernel void name(__global float *out) {"
     " __local T a[64 * 32]; const int l = get_local_id(0);"

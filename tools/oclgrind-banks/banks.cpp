@@ -157,6 +157,13 @@ struct KeyHash
   }
 };
 
+/* One warp-wide request: whether it stores, and each work-item's (offset, size). */
+struct Request
+{
+  bool store = false;
+  std::vector<std::pair<unsigned long long, size_t>> parts;
+};
+
 /* The totals of every context's plugin (a program may make several contexts), printed when the
    library is unloaded. */
 struct Report
@@ -179,13 +186,7 @@ public:
     const oclgrind::Size3 ls = inv->getLocalSize();
     m_lx = ls.x;
     m_lxy = ls.x * ls.y;
-    m_store.clear(); /* keyed by instructions, which a released program's may reuse */
-    m_text.clear();
-  }
-  void workGroupBegin(const oclgrind::WorkGroup *) override
-  {
-    m_accesses.clear();
-    m_count.clear();
+    m_text.clear(); /* keyed by instructions, which a released program's may reuse */
   }
   void memoryLoad(const oclgrind::Memory *m, const oclgrind::WorkItem *wi, size_t address, size_t size) override
   {
@@ -201,7 +202,7 @@ public:
     std::vector<unsigned> words, per_bank(kBanks);
     for (auto &kv : m_accesses) {
       words.clear();
-      for (const auto &a : kv.second)
+      for (const auto &a : kv.second.parts)
         for (unsigned long long w = a.first / 4; w * 4 < a.first + a.second; ++w)
           words.push_back(unsigned(w));
       std::sort(words.begin(), words.end());
@@ -211,7 +212,7 @@ public:
       for (unsigned w : words)
         most = std::max(most, ++per_bank[w % kBanks]);
       const unsigned minimum = unsigned((words.size() + kBanks - 1) / kBanks);
-      const bool store = m_store[kv.first.inst];
+      const bool store = kv.second.store;
       auto text = m_text.find(kv.first.inst);
       if (text == m_text.end())
         text = m_text.emplace(kv.first.inst, where(kv.first.inst)).first;
@@ -234,8 +235,9 @@ private:
     const size_t linear = lid.x + lid.y * m_lx + lid.z * m_lxy;
     const llvm::Instruction *inst = wi->getCurrentInstruction();
     const unsigned occurrence = m_count[std::make_pair(linear, inst)]++;
-    m_store[inst] = store;
-    m_accesses[Key{inst, unsigned(linear / kWarp), occurrence}].emplace_back(m->extractOffset(address), size);
+    Request &r = m_accesses[Key{inst, unsigned(linear / kWarp), occurrence}];
+    r.store = store;
+    r.parts.emplace_back(m->extractOffset(address), size);
   }
 
   /* Where the instruction comes from, as file:line, innermost first, then each place it was inlined
@@ -264,9 +266,9 @@ private:
 
   std::string m_kernel;
   size_t m_lx = 1, m_lxy = 1;
-  std::unordered_map<Key, std::vector<std::pair<unsigned long long, size_t>>, KeyHash> m_accesses;
+  /* the requests of the current work-group, cleared when it completes */
+  std::unordered_map<Key, Request, KeyHash> m_accesses;
   std::map<std::pair<size_t, const llvm::Instruction *>, unsigned> m_count;
-  std::map<const llvm::Instruction *, bool> m_store;
   std::map<const llvm::Instruction *, std::string> m_text;
 };
 
