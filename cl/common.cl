@@ -707,20 +707,23 @@ __attribute__((always_inline)) inline void prefetch_rows(__global const float *p
    lane store of theirs puts each row's nv words in one of a GPU's 32 banks: 16 wavefronts for one
    request at nv = 16, where a conflict-free one takes one (tools/oclgrind-banks.sh counts them).
    Under the GPU-shaped mappings (VW <= 4) with stage order 2 the items go instead in blocks of 32
-   consecutive ones, CT_ROWS = 8 rows x CT_VECS = 4 vectors (where a row has a multiple of 4
-   vectors): a warp's stores then fall in 8 banks, 4 wavefronts at stride BLK and 2 at KS, and its
-   loads still read 4 VW contiguous floats of each row (whole 32-byte sectors when VW = 4).  The
-   same values go to the same places either way. */
+   consecutive ones, CT_ROWS = 16 rows x CT_VECS = 2 vectors (8 x 4 when BLK = 8; where a row has a
+   multiple of CT_VECS vectors).  A lane store of a warp then puts its 16 rows in 16 consecutive
+   banks, and the two vectors' words 4 cstride apart: the same banks at stride BLK (2 wavefronts),
+   the other 16 at KS = BLK + 4 (4 KS = 16 modulo 32: one wavefront, conflict-free).  8 x 4 took
+   4 and 2.  Its loads read 2 VW contiguous floats of each row: whole 32-byte sectors when VW = 4.
+   The same values go to the same places either way. */
 #if STG == 2 && VW <= 4
 #define CT_BLOCKS 1
 #else
 #define CT_BLOCKS 0
 #endif
+#if BLK % 16 == 0
+#define CT_ROWS 16
+#else
 #define CT_ROWS 8
-#define CT_VECS 4
-#if (BLK % CT_ROWS) != 0
-#error "block must be a multiple of 8"
 #endif
+#define CT_VECS (32 / CT_ROWS)
 __attribute__((always_inline)) inline void copy_tile(__local float *t, const int rstride, const int cstride,
                                                      __global const float *p, ulong rs, int row0, int nrows,
                                                      int c0, int w, int d)
