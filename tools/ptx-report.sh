@@ -31,7 +31,8 @@
 # Needs clang 15 (Debian's clang-15), libclc-15 (its nvptx64--nvidiacl.bc) and ptxas (the CUDA
 # toolkit); PTX_CLANG, PTX_LIBCLC and PTXAS name them where they are elsewhere.  The program of a
 # family is assembled as the library assembles it (host/program.c): cl/local_memory.h,
-# cl/common.cl, then the family's file, with one -D option per parameter of castle.h's
+# cl/common.cl, then the family's file, each after a #line directive (messages name the file and
+# its line), with one -D option per parameter of castle.h's
 # CASTLE_TUNING_PARAMS (the backward family under bthreads and btm as threads and tm, the forward
 # under fthreads and fdchunk as threads and dchunk); causal_forward is cl/causal.cl's forward kernel
 # alone (-DCC_FORWARD_ONLY) under the forward's parameters, the program the library runs it from where
@@ -155,7 +156,15 @@ else
         if [ "$(value accum)" = 2 ] && [ "$family" != forward ] && [ "$family" != backward ]; then
             dclass=$class
         fi
-        cat "$root/cl/local_memory.h" "$root/cl/common.cl" "$root/cl/$file.cl" >"$work/$family.cl"
+        # with host/program.c's #line directives, so that compiler messages name cl/ files and lines
+        {
+            printf '/* libcastle */\n#line 1 "local_memory.h"\n'
+            cat "$root/cl/local_memory.h"
+            printf '\n#line 1 "common.cl"\n'
+            cat "$root/cl/common.cl"
+            printf '\n#line 1 "%s.cl"\n' "$file"
+            cat "$root/cl/$file.cl"
+        } >"$work/$family.cl"
         # OpenCL C's plain `inline` is C99's: clang may leave a call to it unresolved; the drivers inline
         "$clang" -x cl -cl-std=CL1.2 -target nvptx64--nvidiacl -Xclang -mlink-builtin-bitcode -Xclang "$clc" \
             -Xclang -finclude-default-header -O3 -S "-Dinline=__attribute__((always_inline)) inline" \
