@@ -42,6 +42,7 @@ castle_status castle__query_device(cl_device_id device, castle_device_info *info
     get_str(device, CL_DEVICE_EXTENSIONS, ext, sizeof ext);
     info->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
     info->fp64 = strstr(ext, "cl_khr_fp64") != NULL;
+    info->nv_options = strstr(ext, "cl_nv_compiler_options") != NULL;
     /* "OpenCL <major>.<minor> <vendor-specific>" */
     if (sscanf(info->device_version, "OpenCL %d.%d", &info->cl_major, &info->cl_minor) != 2)
         info->cl_major = info->cl_minor = 0;

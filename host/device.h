@@ -20,6 +20,7 @@ typedef struct castle_device_info {
     cl_ulong global_mem_size;
     cl_ulong max_alloc_size;
     bool fp16, fp64;
+    bool nv_options; /* cl_nv_compiler_options: -cl-nv-maxrregcount (the tuning's regs, fregs) */
     int cl_major, cl_minor;
 } castle_device_info;
 castle_status castle__query_device(cl_device_id device, castle_device_info *info);

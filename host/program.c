@@ -83,13 +83,15 @@ castle_tuning castle__family_tuning(castle_family f, const castle_tuning *t)
     } else if (families[f].shape == SHAPE_FORWARD) {
         v.threads = t->fthreads;
         v.dchunk = t->fdchunk;
+        v.regs = t->fregs;
     }
     return v;
 }
 
 castle_family castle__causal_forward_family(const castle_tuning *t)
 {
-    return t->fthreads == t->threads && t->fdchunk == t->dchunk ? CASTLE_FAMILY_CAUSAL : CASTLE_FAMILY_CAUSAL_FORWARD;
+    return t->fthreads == t->threads && t->fdchunk == t->dchunk && t->fregs == t->regs ? CASTLE_FAMILY_CAUSAL
+                                                                                       : CASTLE_FAMILY_CAUSAL_FORWARD;
 }
 
 int castle__head_dim_class(castle_family f, const castle_tuning *t, size_t d)
@@ -144,6 +146,10 @@ castle_status castle__program_source(castle_family f, const castle_tuning *tunin
         if (p->macro)
             used += (size_t)snprintf(opt + used, OPT_BYTES - used, " -D%s=%u", p->macro, castle__tuning_get(t, p));
     }
+    /* NVIDIA's register cap, the family's regs (fregs for the forwards; castle__tuning_check allows
+       it only on devices with cl_nv_compiler_options) */
+    if (t->regs)
+        used += (size_t)snprintf(opt + used, OPT_BYTES - used, " -cl-nv-maxrregcount=%u", t->regs);
     /* then the constants the kernels share with the host (defined once, in C), the family's own
        option and CASTLE_BUILD_QUIET (program.h) */
     snprintf(opt + used, OPT_BYTES - used,

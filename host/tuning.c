@@ -120,7 +120,7 @@ size_t castle__tuning_table_size(void) { return sizeof table / sizeof table[0]; 
 
 /* What the rest of a tuning decides, whatever the device, where it is 0: decode (1 under SIMD
    vectors, vector > 1, else 2), the backward's bthreads and btm (threads and tm), the forward's
-   fthreads and fdchunk (threads and dchunk), stage and accum (decode). */
+   fthreads, fdchunk and fregs (threads, dchunk and regs), stage and accum (decode). */
 static void derive_rest(castle_tuning *t)
 {
     if (!t->decode && t->vector)
@@ -133,6 +133,8 @@ static void derive_rest(castle_tuning *t)
         t->fthreads = t->threads;
     if (!t->fdchunk)
         t->fdchunk = t->dchunk;
+    if (!t->fregs)
+        t->fregs = t->regs;
     if (!t->stage)
         t->stage = t->decode; /* both say SIMD CPU (1) or GPU (2) */
     if (!t->accum)
@@ -278,6 +280,15 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
                             info->max_work_group_size);
     if ((st = check_group_size("threads", n, info)) != CASTLE_SUCCESS)
         return st;
+    if ((t->regs && t->regs < 16) || (t->fregs && t->fregs < 16))
+        return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning regs=%u, fregs=%u: a register cap is 0 (none) or 16 to 255",
+                            t->regs, t->fregs);
+    if (info && (t->regs || t->fregs) && !info->nv_options)
+        return castle__fail(CASTLE_ERR_BAD_TUNING,
+                            "tuning regs=%u, fregs=%u: a register cap needs NVIDIA's OpenCL compiler option "
+                            "-cl-nv-maxrregcount (the extension cl_nv_compiler_options), which this device lacks; "
+                            "0 leaves the registers to the compiler",
+                            t->regs, t->fregs);
     size_t lb = castle__tuning_local_bytes(t);
     if (info && lb > info->local_mem_size)
         return castle__fail(CASTLE_ERR_BAD_TUNING,

@@ -7,7 +7,7 @@
 # side (two d-wide accumulators per work-item) are left out: they do not fit.  And their loads from
 # local memory are vector loads, and those that read tiles or cache rows from global memory have a
 # float4 path for them (see below); under a cap of 128 registers the block kernels spill nothing.
-# Then --from-cache on a
+# Then a tuning's own register caps (regs, fregs), and --from-cache on a
 # cache entry of the library's format (host/bincache.c) that holds PTX, beside one that does not.
 # usage: ptx_registers.sh <build-dir>
 set -euo pipefail
@@ -60,6 +60,18 @@ entry=$("$1/tools/castle-info" --table | awk -F'\t' '$1 == "nvidia-gpu" { print 
 echo "== at most 128 registers, btm = 1 =="
 bash "$here/../tools/ptx-report.sh" "$1" --tuning "$(sed 's/btm=[0-9]*/btm=1/' <<<"$entry")" --max-regs 128 \
     --no-stack castle_backward_block,castle_backward_off
+# A tuning's own register caps (the library's -cl-nv-maxrregcount): fregs for the forwards, regs for
+# the rest, as ptxas's -maxrregcount.  At fregs = 96 the forwards still spill nothing (docs/performance.md).
+echo "== the tuning's caps: fregs = 96, regs = 128 =="
+out=$(bash "$here/../tools/ptx-report.sh" "$1" --tuning "$(sed -E 's/,regs=[0-9]+,fregs=[0-9]+$/,regs=128,fregs=96/' <<<"$entry")" \
+    --no-stack castle_forward_block,castle_causal_forward,castle_backward_off)
+echo "$out"
+regs_of() { awk -v f="$1" -v k="$2" '$1 == f && $2 == k { sub(/regs=/, "", $5); print $5 }' <<<"$out"; }
+for fk in "forward castle_forward_block 96" "causal_forward castle_causal_forward 96" "backward castle_backward_off 128"; do
+    read -r f k cap <<<"$fk"
+    r=$(regs_of "$f" "$k")
+    [ -n "$r" ] && [ "$r" -le "$cap" ] || { echo "$f $k: ${r:-no} registers under a cap of $cap"; exit 1; }
+done
 echo "== --from-cache =="
 cache=$(mktemp -d)
 trap 'rm -rf "$cache"' EXIT

@@ -1420,6 +1420,9 @@ START_TEST(test_tuning_rejected)
         {tun_forward(48, 32), "fthreads=48", "fthreads=48"},
         {tun_forward(64, 5), "fdchunk=5", "fdchunk=5"},
         {tun_forward(1024, 16), "fthreads=1024", "fthreads=1024 x 1 x 1 tiles not dividing block*fdchunk=512"},
+        {TUN_WITH(regs, 8), "regs=8", "regs=8 (a cap of 1 to 15)"},
+        {TUN_WITH(regs, 256), "regs=256", "regs=256"},
+        {TUN_WITH(fregs, 300), "fregs=300", "fregs=300"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
         check_status(castle_context_set_tuning(ctx, &bad[i].t), CASTLE_ERR_BAD_TUNING, bad[i].mention, bad[i].what);
@@ -1461,6 +1464,27 @@ START_TEST(test_tuning_rejected)
                   "fthreads=32, fdchunk=8 read back as %u, %u (threads %u, dchunk %u)", got.fthreads, got.fdchunk,
                   got.threads, got.dchunk);
     check_status(castle_context_set_tuning(ctx, &before), CASTLE_SUCCESS, NULL, "set_tuning(the former tuning)");
+    /* a register cap: NVIDIA's -cl-nv-maxrregcount, refused by name where the device lacks
+       cl_nv_compiler_options (PoCL, rusticl), else taken, fregs derived from regs */
+    char ext[8192] = "";
+    ck_assert(clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL) == CL_SUCCESS);
+    castle_tuning capped = before;
+    capped.regs = 96;
+    capped.fregs = 0;
+    if (strstr(ext, "cl_nv_compiler_options")) {
+        check_status(castle_context_set_tuning(ctx, &capped), CASTLE_SUCCESS, NULL, "set_tuning(regs=96)");
+        check_status(castle_context_get_tuning(ctx, &got), CASTLE_SUCCESS, NULL, "get_tuning");
+        ck_assert_msg(got.regs == 96 && got.fregs == 96, "regs=96 read back as regs=%u, fregs=%u (fregs: regs)",
+                      got.regs, got.fregs);
+        check_status(castle_context_set_tuning(ctx, &before), CASTLE_SUCCESS, NULL, "set_tuning(the former tuning)");
+    } else {
+        check_status(castle_context_set_tuning(ctx, &capped), CASTLE_ERR_BAD_TUNING, "cl_nv_compiler_options",
+                     "set_tuning(regs=96) on a device without cl_nv_compiler_options");
+        capped.regs = 0;
+        capped.fregs = 64;
+        check_status(castle_context_set_tuning(ctx, &capped), CASTLE_ERR_BAD_TUNING, "fregs=64",
+                     "set_tuning(fregs=64) on a device without cl_nv_compiler_options");
+    }
     castle_tuning t = tun(16, 64, 16, 0, 0);
     castle_tuning old_size = t;
     old_size.struct_size = sizeof(castle_tuning) - sizeof(unsigned);

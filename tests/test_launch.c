@@ -4,8 +4,9 @@
  * argument list that overflows is refused before the driver sees it.  The launch observer
  * (castle_context_set_launch_observer) sees every kernel launch once, with its name, a live event
  * and its work-groups, changes no result, and is removed by NULL.  And the causal forward runs from
- * the program of the forwards' own shape under the GPU entry (case "shapes", label variants).
- * Device: CASTLE_DEVICE. */
+ * the program of the forwards' own shape under the GPU entry (case "shapes", label variants).  A
+ * register cap (the tuning's regs, fregs) becomes NVIDIA's -cl-nv-maxrregcount in the build options
+ * of the families it names, and no option at all when it is 0.  Device: CASTLE_DEVICE. */
 #include "context.h"
 #include "launch.h"
 #include "program.h"
@@ -217,6 +218,45 @@ START_TEST(test_causal_forward_shape)
 }
 END_TEST
 
+/* The options castle__program_source gives family f under t: whether they carry
+   " -cl-nv-maxrregcount=<regs>" (regs > 0) or no -cl-nv- option at all (regs = 0). */
+static void check_cap(castle_family f, const castle_tuning *t, unsigned regs)
+{
+    char *src = NULL, *opt = NULL;
+    ck_assert_int_eq(castle__program_source(f, t, 64, &src, &opt), CASTLE_SUCCESS);
+    char want[64];
+    snprintf(want, sizeof want, " -cl-nv-maxrregcount=%u ", regs);
+    if (regs)
+        ck_assert_msg(strstr(opt, want) != NULL, "family %d: '%s' lacks '%s'", (int)f, opt, want);
+    else
+        ck_assert_msg(strstr(opt, "-cl-nv-") == NULL, "family %d: '%s' has a -cl-nv- option", (int)f, opt);
+    free(src);
+    free(opt);
+}
+
+START_TEST(test_register_cap)
+{
+    castle_tuning t;
+    ck_assert_int_eq(castle_context_get_tuning(ctx, &t), CASTLE_SUCCESS);
+    t.regs = t.fregs = 0;
+    for (int f = 0; f < CASTLE_FAMILY_COUNT; ++f)
+        check_cap((castle_family)f, &t, 0);
+    t.regs = 96;
+    t.fregs = 64; /* the forwards' own */
+    check_cap(CASTLE_FAMILY_BACKWARD, &t, 96);
+    check_cap(CASTLE_FAMILY_CACHE, &t, 96);
+    check_cap(CASTLE_FAMILY_CAUSAL, &t, 96);
+    check_cap(CASTLE_FAMILY_FORWARD, &t, 64);
+    check_cap(CASTLE_FAMILY_CAUSAL_FORWARD, &t, 64);
+    /* a forward cap of its own puts the causal forward in the forwards' program, whatever the shapes */
+    t.fthreads = t.threads;
+    t.fdchunk = t.dchunk;
+    ck_assert_int_eq(castle__causal_forward_family(&t), CASTLE_FAMILY_CAUSAL_FORWARD);
+    t.fregs = t.regs;
+    ck_assert_int_eq(castle__causal_forward_family(&t), CASTLE_FAMILY_CAUSAL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("launch");
@@ -227,6 +267,7 @@ int main(void)
     tcase_add_test(tc, test_refused_enqueue);
     tcase_add_test(tc, test_too_many_arguments);
     tcase_add_test(tc, test_observer);
+    tcase_add_test(tc, test_register_cap);
     suite_add_tcase(s, tc);
     tc = tcase_create("shapes");
     tcase_set_tags(tc, "variants"); /* tests/CMakeLists.txt: castle_variants */

@@ -24,12 +24,14 @@ static const char usage[] =
     "usage: castle-tune [--device P:D] [--L N] [--d N] [--heads N] [--repeat N] [--max-tiles N] [--budget S]\n"
     "                   [--file PATH] [--dry-run] [--quick]\n"
     "\n"
-    "Times castle_forward + castle_backward (B=1, H=heads, L, d) under candidate tunings, in four\n"
+    "Times castle_forward + castle_backward (B=1, H=heads, L, d) under candidate tunings, in\n"
     "stages: every valid micro-tile shape (threads x vector x tm x tn) at the starting block and dchunk,\n"
     "the nearest to the start first, with the forward and the backward on the same shape, then every\n"
     "block x dchunk with the best shape (threads adjusted to fit), then the backward's own work-group\n"
     "size and micro-tile rows (bthreads x btm), then the forward's own work-group size and d chunk\n"
-    "(fthreads x fdchunk), and the staging order (stage).  The start as it is stays a candidate;\n"
+    "(fthreads x fdchunk), and the staging order (stage); then, on devices whose compiler takes NVIDIA's\n"
+    "register cap (cl_nv_compiler_options), the forwards' cap (fregs) and the rest's (regs), each at 64,\n"
+    "72, 80, 96, 128 and 168 registers a work-item.  The start as it is stays a candidate;\n"
     "prefetch stays as the start has it (it needs a compiler with __builtin_prefetch), and so do decode\n"
     "and accum (they shape the decode and causal kernels, which are not timed here; accum also whether\n"
     "the backward's loops unroll).  The causal forward, not timed either, runs under fthreads x fdchunk\n"
@@ -420,6 +422,9 @@ int main(int argc, char **argv)
     clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
     size_t max_wg = 256;
     clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL);
+    char ext[8192] = "";
+    clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL);
+    const bool nv_options = strstr(ext, "cl_nv_compiler_options") != NULL; /* -cl-nv-maxrregcount */
 
     castle_attention_desc_init(&tu.desc, 1, opt.heads, opt.L, opt.d);
     const size_t n = opt.heads * opt.L * opt.d;
@@ -572,6 +577,26 @@ int main(int argc, char **argv)
         castle_tuning t = s4;
         t.stage = sg;
         if (sg != s4.stage)
+            consider(&tu, &t, CAP_ALL, &best, &best_ms);
+    }
+    /* stage 5, where the device's compiler takes NVIDIA's register cap: the forwards' (fregs), then
+       the rest's (regs, the forwards' kept as the best has it: 255 for none), under the rest of the
+       best; fewer registers, more work-groups resident (with 128 work-items: 64 registers 8 groups to
+       65536 registers, 72 7, 80 6, 96 5, 128 4, 168 3), but spills past what a kernel needs */
+    static const unsigned reg_caps[] = {64, 72, 80, 96, 128, 168};
+    const castle_tuning s5 = best;
+    for (size_t k = 0; k < sizeof reg_caps / sizeof reg_caps[0] && nv_options && !opt.quick; ++k) {
+        castle_tuning t = s5;
+        t.fregs = reg_caps[k];
+        if (t.fregs != s5.fregs)
+            consider(&tu, &t, CAP_ALL, &best, &best_ms);
+    }
+    const castle_tuning s6 = best;
+    for (size_t k = 0; k < sizeof reg_caps / sizeof reg_caps[0] && nv_options && !opt.quick; ++k) {
+        castle_tuning t = s6;
+        t.regs = reg_caps[k];
+        t.fregs = s6.fregs ? s6.fregs : 255;
+        if (t.regs != s6.regs)
             consider(&tu, &t, CAP_ALL, &best, &best_ms);
     }
     if (start_ms > 0 && (best_ms < 0 || start_ms <= best_ms)) {

@@ -20,7 +20,9 @@
 #   --arch SM  ptxas target (default sm_90)
 #   --max-regs N  registers per work-item at most (ptxas -maxrregcount): what a kernel spills under a
 #              cap, such as the 128 NVIDIA's OpenCL compiler gave the forward and backward of the GPU
-#              entry on an H200 (docs/performance.md); default: no cap
+#              entry on an H200 (docs/performance.md); default: the tuning's own caps, fregs for the
+#              forwards and regs for the rest (the library's -cl-nv-maxrregcount), where they are
+#              not 0 (a tuning may leave both out), else no cap
 #   --no-stack exit 1 unless each kernel named has a stack frame of 0 bytes
 # Prints one line per kernel: family, kernel, stack bytes, spill-store bytes, registers, and the
 # static instruction mix of its PTX: fma (fma.rn.f32), lds=S/V2/V4, its loads from local memory
@@ -152,6 +154,15 @@ else
             esac
             opts+=("-D$macro=$v")
         done
+        # the tuning's register cap of the family (fregs for the forwards, else regs; 0 or absent:
+        # none), unless --max-regs gives one for all
+        cap=()
+        if [ ${#maxregs[@]} -eq 0 ]; then
+            r=$(tr ',' '\n' <<<"$tuning" | awk -F= '$1 == "regs" { print $2 }')
+            fr=$(tr ',' '\n' <<<"$tuning" | awk -F= '$1 == "fregs" { print $2 }')
+            case $family in forward | causal_forward) [ "${fr:-0}" = 0 ] || r=$fr ;; esac
+            [ "${r:-0}" = 0 ] || cap=(-maxrregcount="$r")
+        fi
         dclass=$maxd
         if [ "$(value accum)" = 2 ] && [ "$family" != forward ] && [ "$family" != backward ]; then
             dclass=$class
@@ -173,7 +184,7 @@ else
             -o "$work/$family.ptx" "$work/$family.cl"
         # ptxas wants a PTX version and target it knows
         sed -i -E "s/^\.version .*/.version 7.8/; s/^\.target .*/.target $arch/" "$work/$family.ptx"
-        "$ptxas" -arch="$arch" "${maxregs[@]}" -v "$work/$family.ptx" -o "$work/$family.cubin" 2>"$work/$family.log"
+        "$ptxas" -arch="$arch" "${maxregs[@]}" "${cap[@]}" -v "$work/$family.ptx" -o "$work/$family.cubin" 2>"$work/$family.log"
         report_log "$family" "$work/$family.log" "$work/$family.ptx"
     done
 fi

@@ -39,7 +39,8 @@ class Tuning(ctypes.Structure):
     _fields_ = [("struct_size", c_size_t), ("block", c_uint), ("threads", c_uint), ("dchunk", c_uint),
                 ("vector", c_uint), ("tm", c_uint), ("tn", c_uint), ("fold", c_uint), ("decode", c_uint),
                 ("bthreads", c_uint), ("btm", c_uint), ("stage", c_uint),
-                ("prefetch", c_uint), ("accum", c_uint), ("fthreads", c_uint), ("fdchunk", c_uint)]
+                ("prefetch", c_uint), ("accum", c_uint), ("fthreads", c_uint), ("fdchunk", c_uint),
+                ("regs", c_uint), ("fregs", c_uint)]
 
 
 def c_range(ctype):

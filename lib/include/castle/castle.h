@@ -157,8 +157,8 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
    the GPU mapping tm = 2, tn = 1 with 4-wide vectors, 64 work-items and decode = stage = 2, its
    forwards (CASTLE's and the causal baseline's) on 128 work-items staging 32 columns (fthreads,
    fdchunk), its backward on 2 x 4 tiles (btm = 2) on 128 work-items.
-   Constraints: each value a power of two in the range below (fold: any integer in it), 0 where "0 =
-   derive" is said; threads a multiple of block, at most the device's work-group size, with threads
+   Constraints: each value a power of two in the range below (fold, regs and fregs: any integer in
+   it), 0 where "0 = derive" is said; regs and fregs 0 unless the device has cl_nv_compiler_options; threads a multiple of block, at most the device's work-group size, with threads
    x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector dividing
    block and dchunk; the same for the CASTLE backward's bthreads and btm in place of threads and tm,
    except that bthreads may also be smaller than block (the backward may take its own work-group and
@@ -167,7 +167,8 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
    (the backward then shares its d-wide products out in slabs of up to block columns), and for the
    forwards' fthreads and fdchunk in place of threads and dchunk (their own work-group size and d
    chunk); the local memory each family of kernels needs must fit the device's; decode = 2 needs
-   work-groups of 128 work-items.
+   work-groups of 128 work-items.  The built-in entries leave regs and fregs at 0 (the compiler's
+   choice).
 
    The parameters, in struct order, declared once: X(field, kernel macro or NULL, smallest value,
    largest value, flags, help).  The library's parser, kernel options and checks, castle-info and
@@ -211,7 +212,13 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
       "work-items per work-group of the forward kernels, CASTLE's and the causal baseline's (0: threads)")  \
     X(fdchunk, NULL, 4, 64, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                     \
       "columns of d the forward kernels (CASTLE's and the causal baseline's) stage through local memory "  \
-      "per step (0: dchunk)")
+      "per step (0: dchunk)")                                                                              \
+    X(regs, NULL, 0, 255, 0,                                                                               \
+      "registers a work-item may hold, at most, in every kernel but the forwards' (NVIDIA's OpenCL: "     \
+      "-cl-nv-maxrregcount, on devices with cl_nv_compiler_options; fewer registers, more work-groups "   \
+      "resident; 0: the compiler's choice)")                                                               \
+    X(fregs, NULL, 0, 255, CASTLE_TUNING_DERIVE,                                                           \
+      "as regs, for the forward kernels, CASTLE's and the causal baseline's (0: regs)")
 typedef struct castle_tuning {
     size_t struct_size; /* sizeof(castle_tuning); castle_context_get_tuning sets it */
 #define CASTLE_TUNING_FIELD_(field, macro, lo, hi, flags, help) unsigned field;
