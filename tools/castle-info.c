@@ -40,7 +40,8 @@ static void usage(FILE *f)
             "\n"
             "Lists every OpenCL platform and device, with what libcastle uses of each device (type,\n"
             "compute units, local/global memory, work-group and allocation limits, fp16/fp64 support,\n"
-            "OpenCL and driver versions) and the tuning entry the library picks for it, then runs a\n"
+            "whether the tuning's register caps apply (NVIDIA's cl_nv_compiler_options), OpenCL and\n"
+            "driver versions) and the tuning entry the library picks for it, then runs a\n"
             "small forward self-test on each device against the fp64 reference (tolerance %.0e).\n"
             "\n"
             "Options:\n"
@@ -306,6 +307,8 @@ static bool report_device(cl_device_id dev, cl_uint p, cl_uint d, long flat, boo
     char *ext = dev_str(dev, CL_DEVICE_EXTENSIONS);
     printf("    fp16: %s\n", ext && strstr(ext, "cl_khr_fp16") ? "yes" : "no");
     printf("    fp64: %s\n", ext && strstr(ext, "cl_khr_fp64") ? "yes" : "no");
+    printf("    register caps (tuning regs, fregs): %s\n",
+           ext && strstr(ext, "cl_nv_compiler_options") ? "yes (cl_nv_compiler_options)" : "no");
     free(ext);
 
     char *ver = dev_str(dev, CL_DEVICE_VERSION);
