@@ -581,8 +581,9 @@ int main(int argc, char **argv)
     }
     /* stage 5, where the device's compiler takes NVIDIA's register cap: the forwards' (fregs), then
        the rest's (regs, the forwards' kept as the best has it: 255 for none), under the rest of the
-       best; fewer registers, more work-groups resident (with 128 work-items: 64 registers 8 groups to
-       65536 registers, 72 7, 80 6, 96 5, 128 4, 168 3), but spills past what a kernel needs */
+       best.  Fewer registers, more work-groups resident (groups of 128 work-items in an SM's 65536
+       registers: 8 at 64 registers, 7 at 72, 6 at 80, 5 at 96, 4 at 128, 3 at 168), but spills
+       where a kernel needs more */
     static const unsigned reg_caps[] = {64, 72, 80, 96, 128, 168};
     const castle_tuning s5 = best;
     for (size_t k = 0; k < sizeof reg_caps / sizeof reg_caps[0] && nv_options && !opt.quick; ++k) {

@@ -158,12 +158,13 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
    forwards (CASTLE's and the causal baseline's) on 128 work-items staging 32 columns (fthreads,
    fdchunk), its backward on 2 x 4 tiles (btm = 2) on 128 work-items.
    Constraints: each value a power of two in the range below (fold, regs and fregs: any integer in
-   it), 0 where "0 = derive" is said; regs and fregs 0 unless the device has cl_nv_compiler_options; threads a multiple of block, at most the device's work-group size, with threads
-   x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector dividing
-   block and dchunk; the same for the CASTLE backward's bthreads and btm in place of threads and tm,
-   except that bthreads may also be smaller than block (the backward may take its own work-group and
-   micro-tile rows: block, dchunk, vector and tn, which fix the workspace and the staging, are
-   shared) and that where 7 x dchunk >= 3 x block > 3 x dchunk, block*dchunk need not be divided
+   it), 0 where "0 = derive" is said; regs and fregs 0 or at least 16, and 0 unless the device has
+   cl_nv_compiler_options; threads a multiple of block, at most the device's work-group size, with
+   threads x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector
+   dividing block and dchunk; the same for the CASTLE backward's bthreads and btm in place of threads
+   and tm, except that bthreads may also be smaller than block (the backward may take its own
+   work-group and micro-tile rows: block, dchunk, vector and tn, which fix the workspace and the
+   staging, are shared) and that where 7 x dchunk >= 3 x block > 3 x dchunk, block*dchunk need not be divided
    (the backward then shares its d-wide products out in slabs of up to block columns), and for the
    forwards' fthreads and fdchunk in place of threads and dchunk (their own work-group size and d
    chunk); the local memory each family of kernels needs must fit the device's; decode = 2 needs
