@@ -388,10 +388,10 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             VSTORE(s1[m][e], sP + rr * BLK + cv);
             VSTORE(ap[m][e], sdA + rr * BLK + cv);
             VSTORE(s2[m][e], sdSU + rr * BLK + cv);
-            if (!MT_AM_ROWS) {
-                store_column(sdAt, cv, rr, ap[m][e]);
-                store_column(sdSUt, cv, rr, s2[m][e]);
-            }
+        }
+        if (!MT_AM_ROWS) {
+            store_tile_t(sdAt, row0, col0, ap[m]);
+            store_tile_t(sdSUt, row0, col0, s2[m]);
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -439,9 +439,9 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
             ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
                 const int rr = MT_EROW(row0, e), cv = MT_ECOL(col0, e);
                 VSTORE(dy[m][e], sdY + rr * BLK + cv);
-                if (!MT_AM_ROWS)
-                    store_column(sdYt, cv, rr, dy[m][e]);
             }
+            if (!MT_AM_ROWS)
+                store_tile_t(sdYt, row0, col0, dy[m]);
         }
     barrier(CLK_LOCAL_MEM_FENCE);
 

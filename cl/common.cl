@@ -223,7 +223,7 @@ inline vfloat lane_index(void)
    VW columns from col0 + j VW of the tile at (row0, col0), so accumulator e (e < MT_ACC) is row
    MT_EROW(row0, e), columns MT_ECOL(col0, e) onwards.  Loops over e name an accumulator's place
    with MT_EROW and MT_ECOL, loops over (i, j) its index with MT_E: the layout of a tile in a
-   work-item's registers is spelled here and in mt_outer.  A matrix-unit fragment (mma.sync's,
+   work-item's registers is spelled here, in mt_outer and in store_tile_t.  A matrix-unit fragment (mma.sync's,
    whose elements are spread over the lanes of a warp) would redefine these three with the lane, and
    the products, rather than each kernel's epilogue. */
 #define MT_E(i, j) ((i) * TN + (j))
@@ -583,6 +583,48 @@ __attribute__((always_inline)) inline void mt_product_band(vfloat *acc, __local 
 __attribute__((always_inline)) inline void store_column(__local float *m, const int c, const int r, const vfloat v)
 {
     VLANES_TO(m + c * BLK + r, BLK, v);
+}
+
+/* The micro-tile acc (rows row0 + i, the VW columns from col0 + j VW: mt_product's accumulators)
+   transposed into the k-major BLK x BLK matrix m (m[c * BLK + r]).  A tile's TM rows lie next to
+   each other there, so each column takes one TM-wide store (TM = 2: a float2; TM >= 4: float4s)
+   where store_column, an accumulator at a time, takes TM lane stores: under the GPU entries' 2 x 4
+   tiles half the store instructions, and half the bank wavefronts (a warp's eight tiles of a column
+   share banks either way).  The same values in the same places.  TM = 1 is store_column's. */
+#define PAIRS_TO_1(p, s, a, b) (*(__local float2 *)(p) = (float2)((a), (b)))
+#define PAIRS_TO_2(p, s, a, b) (PAIRS_TO_1((p), (s), (a).s0, (b).s0), PAIRS_TO_1((p) + (s), (s), (a).s1, (b).s1))
+#define PAIRS_TO_4(p, s, a, b) (PAIRS_TO_2((p), (s), (a).lo, (b).lo), PAIRS_TO_2((p) + 2 * (s), (s), (a).hi, (b).hi))
+#define PAIRS_TO_8(p, s, a, b) (PAIRS_TO_4((p), (s), (a).lo, (b).lo), PAIRS_TO_4((p) + 4 * (s), (s), (a).hi, (b).hi))
+#define PAIRS_TO_16(p, s, a, b) (PAIRS_TO_8((p), (s), (a).lo, (b).lo), PAIRS_TO_8((p) + 8 * (s), (s), (a).hi, (b).hi))
+#define QUADS_TO_1(p, s, a, b, c, d) (*(__local float4 *)(p) = (float4)((a), (b), (c), (d)))
+#define QUADS_TO_2(p, s, a, b, c, d)                                                                           \
+    (QUADS_TO_1((p), (s), (a).s0, (b).s0, (c).s0, (d).s0), QUADS_TO_1((p) + (s), (s), (a).s1, (b).s1, (c).s1, (d).s1))
+#define QUADS_TO_4(p, s, a, b, c, d)                                                                           \
+    (QUADS_TO_2((p), (s), (a).lo, (b).lo, (c).lo, (d).lo), QUADS_TO_2((p) + 2 * (s), (s), (a).hi, (b).hi, (c).hi, (d).hi))
+#define QUADS_TO_8(p, s, a, b, c, d)                                                                           \
+    (QUADS_TO_4((p), (s), (a).lo, (b).lo, (c).lo, (d).lo), QUADS_TO_4((p) + 4 * (s), (s), (a).hi, (b).hi, (c).hi, (d).hi))
+#define QUADS_TO_16(p, s, a, b, c, d)                                                                          \
+    (QUADS_TO_8((p), (s), (a).lo, (b).lo, (c).lo, (d).lo), QUADS_TO_8((p) + 8 * (s), (s), (a).hi, (b).hi, (c).hi, (d).hi))
+#define VPAIRS_TO__(n, p, s, a, b) PAIRS_TO_##n(p, s, a, b)
+#define VPAIRS_TO_(n, p, s, a, b) VPAIRS_TO__(n, p, s, a, b)
+#define VQUADS_TO__(n, p, s, a, b, c, d) QUADS_TO_##n(p, s, a, b, c, d)
+#define VQUADS_TO_(n, p, s, a, b, c, d) VQUADS_TO__(n, p, s, a, b, c, d)
+__attribute__((always_inline)) inline void store_tile_t(__local float *m, const int row0, const int col0,
+                                                        const vfloat *acc)
+{
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+        __local float *p = m + MT_ECOL(col0, MT_E(0, j)) * BLK + row0;
+#if TM == 1
+        VLANES_TO(p, BLK, acc[MT_E(0, j)]);
+#elif TM == 2
+        VPAIRS_TO_(VW, p, BLK, acc[MT_E(0, j)], acc[MT_E(1, j)]);
+#else
+#pragma unroll
+        for (int i = 0; i < TM; i += 4)
+            VQUADS_TO_(VW, p + i, BLK, acc[MT_E(i, j)], acc[MT_E(i + 1, j)], acc[MT_E(i + 2, j)], acc[MT_E(i + 3, j)]);
+#endif
+    }
 }
 
 /* The first n (<= w) floats at p as a w-wide vector, zeros beyond (gload_n<w>), and the first n

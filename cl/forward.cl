@@ -186,8 +186,9 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
             const vfloat sv = (float)(s0 + cv) + lane;
             a = select(a, (vfloat)(-INFINITY), VISGREATEREQ(sv, (vfloat)(float)L) |
                                                    (k == 0 ? VISGREATER(sv, (vfloat)(float)t) : VFALSE));
-            store_column(sAt, cv, rr, a);
+            s1[m][e] = a; /* QC KC^T's last use */
         }
+        store_tile_t(sAt, row0, col0, s1[m]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
