@@ -223,9 +223,9 @@ inline vfloat lane_index(void)
    VW columns from col0 + j VW of the tile at (row0, col0), so accumulator e (e < MT_ACC) is row
    MT_EROW(row0, e), columns MT_ECOL(col0, e) onwards.  Loops over e name an accumulator's place
    with MT_EROW and MT_ECOL, loops over (i, j) its index with MT_E: the layout of a tile in a
-   work-item's registers is spelled here, in mt_outer and in store_tile_t.  A matrix-unit fragment (mma.sync's,
-   whose elements are spread over the lanes of a warp) would redefine these three with the lane, and
-   the products, rather than each kernel's epilogue. */
+   work-item's registers is spelled here, in mt_outer and in store_tile_t.  A matrix-unit fragment
+   (mma.sync's, whose elements are spread over the lanes of a warp) would redefine these three with
+   the lane, and the products and store_tile_t, rather than each kernel's epilogue. */
 #define MT_E(i, j) ((i) * TN + (j))
 #define MT_EROW(row0, e) ((row0) + (e) / TN)
 #define MT_ECOL(col0, e) ((col0) + ((e) % TN) * VW)
@@ -590,7 +590,10 @@ __attribute__((always_inline)) inline void store_column(__local float *m, const 
    each other there, so each column takes one TM-wide store (TM = 2: a float2; TM >= 4: float4s)
    where store_column, an accumulator at a time, takes TM lane stores: under the GPU entries' 2 x 4
    tiles half the store instructions, and half the bank wavefronts (a warp's eight tiles of a column
-   share banks either way).  The same values in the same places.  TM = 1 is store_column's. */
+   share banks either way).  The same values in the same places.  TM = 1 is store_column's.  The
+   stores are typed (a vstore2 or vstore4 needs only a float's alignment, and a GPU compiler that
+   cannot prove more splits it): m is 16-byte aligned (LM_ALIGNED), row0 a multiple of TM and BLK
+   of 4. */
 #define PAIRS_TO_1(p, s, a, b) (*(__local float2 *)(p) = (float2)((a), (b)))
 #define PAIRS_TO_2(p, s, a, b) (PAIRS_TO_1((p), (s), (a).s0, (b).s0), PAIRS_TO_1((p) + (s), (s), (a).s1, (b).s1))
 #define PAIRS_TO_4(p, s, a, b) (PAIRS_TO_2((p), (s), (a).lo, (b).lo), PAIRS_TO_2((p) + 2 * (s), (s), (a).hi, (b).hi))
