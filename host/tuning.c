@@ -234,13 +234,15 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
     for (size_t i = 0; i < castle__tuning_nparams; ++i) {
         const castle_tuning_param *p = &castle__tuning_params[i];
         const unsigned v = castle__tuning_get(t, p);
-        if (v < p->lo || v > p->hi || ((p->flags & CASTLE_TUNING_POW2) && !is_pow2(v)) ||
-            ((p->flags & CASTLE_TUNING_NOT2) && v == 2))
-            return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning %s=%u: must be %s from %u to %u", p->name, v,
+        const bool off = v == 0 && (p->flags & CASTLE_TUNING_OFF);
+        if (!off && (v < p->lo || v > p->hi || ((p->flags & CASTLE_TUNING_POW2) && !is_pow2(v)) ||
+                     ((p->flags & CASTLE_TUNING_NOT2) && v == 2)))
+            return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning %s=%u: must be %s%s from %u to %u", p->name, v,
+                                (p->flags & CASTLE_TUNING_OFF) ? "0 or " : "",
                                 (p->flags & CASTLE_TUNING_NOT2)   ? "a power of two other than 2"
-                            : (p->flags & CASTLE_TUNING_POW2) ? "a power of two"
-                                                              : "an integer",
-                            p->lo, p->hi);
+                                : (p->flags & CASTLE_TUNING_POW2) ? "a power of two"
+                                                                  : "an integer",
+                                p->lo, p->hi);
     }
     const unsigned b = t->block, n = t->threads, c = t->dchunk, v = t->vector;
     if (n % b)
@@ -280,9 +282,6 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
                             info->max_work_group_size);
     if ((st = check_group_size("threads", n, info)) != CASTLE_SUCCESS)
         return st;
-    if ((t->regs && t->regs < 16) || (t->fregs && t->fregs < 16))
-        return castle__fail(CASTLE_ERR_BAD_TUNING, "tuning regs=%u, fregs=%u: a register cap is 0 (none) or 16 to 255",
-                            t->regs, t->fregs);
     if (info && (t->regs || t->fregs) && !info->nv_options)
         return castle__fail(CASTLE_ERR_BAD_TUNING,
                             "tuning regs=%u, fregs=%u: a register cap needs NVIDIA's OpenCL compiler option "

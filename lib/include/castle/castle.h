@@ -158,8 +158,8 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
    forwards (CASTLE's and the causal baseline's) on 128 work-items staging 32 columns (fthreads,
    fdchunk), its backward on 2 x 4 tiles (btm = 2) on 128 work-items.
    Constraints: each value a power of two in the range below (fold, regs and fregs: any integer in
-   it), 0 where "0 = derive" is said; regs and fregs 0 or at least 16, and 0 unless the device has
-   cl_nv_compiler_options; threads a multiple of block, at most the device's work-group size, with
+   it), 0 where "0 = derive" is said or the flag CASTLE_TUNING_OFF allows it (regs, fregs), and regs
+   and fregs 0 unless the device has cl_nv_compiler_options; threads a multiple of block, at most the device's work-group size, with
    threads x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector
    dividing block and dchunk; the same for the CASTLE backward's bthreads and btm in place of threads
    and tm, except that bthreads may also be smaller than block (the backward may take its own
@@ -177,6 +177,7 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
 #define CASTLE_TUNING_POW2 1u  /* flag: only powers of two */
 #define CASTLE_TUNING_DERIVE 2u /* flag: 0 = derive from the device and the other parameters */
 #define CASTLE_TUNING_NOT2 4u   /* flag: 2 is not allowed (no kernel has 2-wide vectors) */
+#define CASTLE_TUNING_OFF 8u    /* flag: 0 (off) is allowed besides the range */
 #define CASTLE_TUNING_PARAMS(X)                                                                              \
     X(block, "BLK", 8, 64, CASTLE_TUNING_POW2, "rows per block (docs/algorithm.md section 3)")                           \
     X(threads, "NT", 8, 1024, CASTLE_TUNING_POW2, "work-items per work-group")                              \
@@ -214,11 +215,11 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
     X(fdchunk, NULL, 4, 64, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                     \
       "columns of d the forward kernels (CASTLE's and the causal baseline's) stage through local memory "  \
       "per step (0: dchunk)")                                                                              \
-    X(regs, NULL, 0, 255, 0,                                                                               \
+    X(regs, NULL, 16, 255, CASTLE_TUNING_OFF,                                                              \
       "registers a work-item may hold, at most, in every kernel but the forwards' (NVIDIA's OpenCL: "     \
       "-cl-nv-maxrregcount, on devices with cl_nv_compiler_options; fewer registers, more work-groups "   \
       "resident; 0: the compiler's choice)")                                                               \
-    X(fregs, NULL, 0, 255, CASTLE_TUNING_DERIVE,                                                           \
+    X(fregs, NULL, 16, 255, CASTLE_TUNING_DERIVE | CASTLE_TUNING_OFF,                                      \
       "as regs, for the forward kernels, CASTLE's and the causal baseline's (0: regs)")
 typedef struct castle_tuning {
     size_t struct_size; /* sizeof(castle_tuning); castle_context_get_tuning sets it */
