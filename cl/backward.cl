@@ -631,7 +631,11 @@ void castle_backward_off(const int k, BACKWARD_BLOCK_PARAMS)
 /* All anti-diagonals in one launch, for short sequences: work-group (0, bh) walks the block pairs
    of its batch entry and head in wavefront order, a barrier between pairs making each pair's
    global writes visible to the next (the dependencies never cross batch entries or heads).  The
-   first argument is unused (the per-diagonal kernel's k). */
+   first argument is unused (the per-diagonal kernel's k).  The pair is a call (FOLD_PAIR, common.cl). */
+FOLD_PAIR void backward_pair(__local float *lm LM_ALIGNED_PARAM, const int k, const int j, const int bh, BACKWARD_BLOCK_PARAMS)
+{
+    backward_block(lm, k, j, bh, BW_ANY, BACKWARD_BLOCK_ARGS);
+}
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_backward_fold(const int unused, BACKWARD_BLOCK_PARAMS)
 {
@@ -640,7 +644,7 @@ void castle_backward_fold(const int unused, BACKWARD_BLOCK_PARAMS)
     (void)unused;
     for (int k = N - 1; k >= 0; --k)
         for (int j = 0; j + k < N; ++j) {
-            backward_block(lm, k, j, get_group_id(1), BW_ANY, BACKWARD_BLOCK_ARGS);
+            backward_pair(lm, k, j, get_group_id(1), BACKWARD_BLOCK_ARGS);
             barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
         }
 }

@@ -67,6 +67,29 @@
 #else
 #define LM_ALIGNED
 #endif
+/* The same promise for a pointer parameter to such an array (FOLD_PAIR below), where a compiler
+   that knows clang's align_value attribute can use it (others ignore the promise: wider loads
+   only where they can prove it). */
+#if VW <= 4 && defined(__has_attribute)
+#if __has_attribute(align_value)
+#define LM_ALIGNED_PARAM __attribute__((align_value(16)))
+#endif
+#endif
+#ifndef LM_ALIGNED_PARAM
+#define LM_ALIGNED_PARAM
+#endif
+
+/* The block pair of a folded kernel (castle_forward_fold, castle_backward_fold: one work-group walks
+   every pair of its batch entry and head) is a function call, not inlined into the kernel's loops
+   over the pairs: inlined, the compiler hoists the pair's loop-invariant addresses and offsets out
+   of those loops, and they stay live through the whole pair.  clang's PTX, GPU entry (sm_90):
+   castle_backward_fold 255 registers with 48 bytes spilled -> 168, none spilled (castle_backward_block's
+   count); castle_forward_fold 80 -> 72 (castle_forward_block's).  The pair's local memory arrives
+   as a parameter declared LM_ALIGNED_PARAM, so that its vector loads stay as wide as inlined.  The
+   same floats either way: a call changes which values stay in registers, not the arithmetic.  Barriers inside a called
+   function are OpenCL C 1.2 (all work-items make the same call); PoCL, rusticl and Oclgrind run
+   them (test_forward's fold cases, test_oclgrind). */
+#define FOLD_PAIR __attribute__((noinline))
 
 /* float4 q of a row of floats in global memory.  vload4 and vstore4 need only a float's alignment,
    so a GPU compiler that cannot prove more splits each into four scalar accesses (clang's NVPTX back

@@ -2,17 +2,19 @@
 # The built-in GPU entry's hot kernels keep a work-item's micro-tiles and accumulators in registers:
 # no stack frame in the PTX that clang's NVPTX back end makes of them, as NVIDIA's ptxas reports it
 # for sm_90 (tools/ptx-report.sh), at head-dimension classes 64 and 128.  A private array indexed at
-# run time (a loop over micro-tiles or slabs left rolled) shows up as a stack frame.  The folded
-# CASTLE backward (255 registers, a few bytes spilled) and class 256 of the causal backward's key
-# side (two d-wide accumulators per work-item) are left out: they do not fit.  And their loads from
-# local memory are vector loads, and those that read tiles or cache rows from global memory have a
-# float4 path for them (see below); under a cap of 128 registers the block kernels spill nothing.
-# Then a tuning's own register caps (regs, fregs), and --from-cache on a
+# run time (a loop over micro-tiles or slabs left rolled) shows up as a stack frame; so does a value
+# spilled.  The folded kernels are among them (their block pair is a call, cl/common.cl's
+# FOLD_PAIR: inlined, the folded backward took 255 registers and spilled 48 bytes).  Class 256 of
+# the causal backward's key side (two d-wide accumulators per work-item) is left out: it does not
+# fit.  And their loads from local memory are vector loads, and those that read tiles or cache rows
+# from global memory have a float4 path for them (see below); under a cap of 128 registers the block
+# kernels spill nothing.  Then a tuning's own register caps (regs, fregs), and --from-cache on a
 # cache entry of the library's format (host/bincache.c) that holds PTX, beside one that does not.
 # usage: ptx_registers.sh <build-dir>
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-hot=castle_forward_block,castle_forward_fold,castle_backward_block,castle_backward_off,castle_causal_forward
+hot=castle_forward_block,castle_forward_fold,castle_backward_block,castle_backward_off,castle_backward_fold
+hot=$hot,castle_causal_forward
 hot=$hot,castle_causal_backward_q,castle_causal_backward_kv,castle_causal_decode,castle_cache_decode_attend
 hot=$hot,castle_cache_prefill_u
 widths() { # <kernel> <lds|ldg> <report>: the kernel's S V2 V4 counts of that column

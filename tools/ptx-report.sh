@@ -28,8 +28,8 @@
 # static instruction mix of its PTX: fma (fma.rn.f32), lds=S/V2/V4, its loads from local memory
 # one, two and four floats wide (a vload4 from local memory that the compiler cannot prove 16-byte
 # aligned becomes four scalar loads; cl/common.cl's LM_ALIGNED), and ldg=S/V2/V4, its loads from
-# global memory by width (cl/common.cl's gload4).  PTX_KEEP=DIR keeps the sources, PTX, logs and
-# cubins there.
+# global memory by width (cl/common.cl's gload4); a kernel's counts include those of the functions
+# it calls (cl/common.cl's FOLD_PAIR).  PTX_KEEP=DIR keeps the sources, PTX, logs and cubins there.
 # Needs clang 15 (Debian's clang-15), libclc-15 (its nvptx64--nvidiacl.bc) and ptxas (the CUDA
 # toolkit); PTX_CLANG, PTX_LIBCLC and PTXAS name them where they are elsewhere.  The program of a
 # family is assembled as the library assembles it (host/program.c): cl/local_memory.h,
@@ -76,15 +76,22 @@ mkdir -p "$work"
 : >"$work/report" # this run's lines only (--no-stack reads them), also in a kept folder
 status=0
 report_log() { # <label> <ptxas -v log> <PTX>: one line per kernel, also kept in $work/report
-    # the PTX's static instruction mix per entry: fma.rn.f32, ld.shared and ld.global by width (1, 2, 4)
-    awk '/\.entry/ { k = $0; sub(/.*\.entry[ \t]+/, "", k); sub(/[( \t].*/, "", k) }
-         k && /^[ \t]*(@%p[0-9]+[ \t]+)?fma\.rn\.f32/ { fma[k]++ }
-         k && /^[ \t]*(@%p[0-9]+[ \t]+)?ld\.shared/ { w = /\.v4\./ ? 4 : /\.v2\./ ? 2 : 1; lds[k, w]++ }
-         k && /^[ \t]*(@%p[0-9]+[ \t]+)?ld\.global\.(nc\.)?(v[24]\.)?f32/ { w = /\.v4\./ ? 4 : /\.v2\./ ? 2 : 1; ldg[k, w]++ }
-         END { for (e in fma) seen[e] = 1; for (e in lds) { split(e, a, SUBSEP); seen[a[1]] = 1 }
-               for (e in ldg) { split(e, a, SUBSEP); seen[a[1]] = 1 }
-               for (e in seen) printf "%s fma=%d lds=%d/%d/%d ldg=%d/%d/%d\n", e, fma[e], lds[e, 1], lds[e, 2],
-                                      lds[e, 4], ldg[e, 1], ldg[e, 2], ldg[e, 4] }' \
+    # the PTX's static instruction mix per entry: fma.rn.f32, ld.shared and ld.global by width (1, 2,
+    # 4), with those of the functions it calls (.func, called once per call site: cl/common.cl's
+    # FOLD_PAIR) added to the caller's
+    awk '/\.(entry|func)[ \t]/ { k = $0; sub(/.*\.(entry|func)[ \t]+/, "", k); sub(/[( \t].*/, "", k)
+                                if ($0 ~ /\.entry/) entry[k] = 1; next }
+         callee { c = $1; sub(/,.*/, "", c); calls[k, c] = 1; callee = 0 }
+         k && /^[ \t]*(@%p[0-9]+[ \t]+)?call(\.uni)?[ \t]*$/ { callee = 1 }
+         k && /^[ \t]*(@%p[0-9]+[ \t]+)?fma\.rn\.f32/ { n[k, "f"]++ }
+         k && /^[ \t]*(@%p[0-9]+[ \t]+)?ld\.shared/ { n[k, "s" (/\.v4\./ ? 4 : /\.v2\./ ? 2 : 1)]++ }
+         k && /^[ \t]*(@%p[0-9]+[ \t]+)?ld\.global\.(nc\.)?(v[24]\.)?f32/ { n[k, "g" (/\.v4\./ ? 4 : /\.v2\./ ? 2 : 1)]++ }
+         function tot(u, c, depth,   e, a, t) { t = n[u, c] + 0
+             if (depth < 8) for (e in calls) { split(e, a, SUBSEP); if (a[1] == u) t += tot(a[2], c, depth + 1) }
+             return t }
+         END { for (e in entry)
+                   printf "%s fma=%d lds=%d/%d/%d ldg=%d/%d/%d\n", e, tot(e, "f", 0), tot(e, "s1", 0), tot(e, "s2", 0),
+                          tot(e, "s4", 0), tot(e, "g1", 0), tot(e, "g2", 0), tot(e, "g4", 0) }' \
         "$3" >"$work/mix"
     awk -v fam="$1" -v mixfile="$work/mix" '
         BEGIN { while ((getline line < mixfile) > 0) { split(line, a, " "); mix[a[1]] = a[2] " " a[3] " " a[4] } }
