@@ -34,6 +34,26 @@ for op in loads stores; do
 done
 expect banks_broadcast loads 2 2
 echo "banks_probe: the five patterns counted as expected"
+# --rank total --top 2: each probe kernel's two instructions by their wavefronts, conflict-free ones
+# too (the default rank lists only instructions above the conflict-free count: none of banks_linear's)
+"$here/../tools/oclgrind-banks.sh" --rank total --top 2 "$build/tests/banks_probe" 2>"$work/total.txt" ||
+    { cat "$work/total.txt"; bad "banks_probe under --rank total failed"; }
+for kw in banks_linear:2:1.00 banks_stride32:64:32.00; do
+    IFS=: read -r k w each <<<"$kw"
+    n=$(awk -v k="$k" -v w="$w" -v e="$each" '$1 == "banks:" && $2 != "" && $2 != "total" { cur = $2 }
+            $1 == "banks:" && $2 == "total" && cur == k && $3 == w && $6 == e { n++ } END { print n + 0 }' "$work/total.txt")
+    [ "$n" = 2 ] || { cat "$work/total.txt"; bad "--rank total: $k's load and store not listed at $w wavefronts ($each each)"; }
+done
+grep -q "excess" "$work/total.txt" && bad "--rank total printed excess lines"
+n=$(awk '$1 == "banks:" && $2 != "excess" { cur = $2 } $2 == "excess" && cur == "banks_linear" { n++ } END { print n + 0 }' "$work/probe.txt")
+[ "$n" = 0 ] || bad "the default rank listed banks_linear's conflict-free instructions"
+n=$(awk '$1 == "banks:" && $2 != "excess" { cur = $2 } $2 == "excess" && cur == "banks_stride32" { n++ } END { print n + 0 }' "$work/probe.txt")
+[ "$n" = 2 ] || bad "the default rank did not list banks_stride32's two instructions"
+for a in "--top 0" "--top x" "--rank most"; do
+    # shellcheck disable=SC2086 # the option and its value
+    if "$here/../tools/oclgrind-banks.sh" $a true 2>/dev/null; then bad "oclgrind-banks.sh $a was accepted"; fi
+done
+echo "banks_probe: --rank total and --top list the traffic, bad values refused"
 
 entry=$("$build/tools/castle-info" --table | awk '$1 == "nvidia-gpu" { print $2 }')
 [ -n "$entry" ] || bad "castle-info --table has no nvidia-gpu entry"

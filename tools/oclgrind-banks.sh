@@ -8,15 +8,18 @@
 # request takes as many wavefronts as the most distinct four-byte words one bank holds (a word read
 # by several work-items is one: a broadcast), at least ceil(distinct words / 32).
 #
-# usage: tools/oclgrind-banks.sh [--local-mem-size BYTES] [--] COMMAND [ARG...]
+# usage: tools/oclgrind-banks.sh [--local-mem-size BYTES] [--top N] [--rank excess|total] [--] COMMAND [ARG...]
 #   --local-mem-size  Oclgrind's local memory per group (default 49152, an NVIDIA GPU's 48 KiB, so
 #                     that the library keeps a GPU tuning unshrunk; Oclgrind's own default is 32 KiB)
+#   --top N           list N instructions per kernel (default 6)
+#   --rank R          excess (default): those with the most wavefronts above the conflict-free
+#                     count; total: those with the most wavefronts (where the traffic goes)
 #   COMMAND           any OpenCL program, e.g. build/tools/castle-bench under CASTLE_TUNING
 # Prints to stderr, when the command exits, for each kernel and for its loads and its stores:
 #   banks: KERNEL loads|stores requests R wavefronts W conflict-free M ratio W/M
-# then the six instructions with the most wavefronts above the conflict-free count, each with its
-# file:line and the lines it was inlined at, innermost first (libcastle's programs carry #line
-# directives), and the opening words of its LLVM IR.
+# then the instructions (loads and stores) --rank puts first, each as "excess E" or "total W", its
+# requests and wavefronts per request, its file:line and the lines it was inlined at, innermost
+# first (libcastle's programs carry #line directives), and the opening words of its LLVM IR.
 # Exit status: the command's; 2 on a usage error or where the plugin cannot be built.
 # Needs Oclgrind 21.10 (Debian 12's package; the plugin declares that version's interface itself, as
 # Debian packages no Oclgrind headers) and a C++ compiler ($CXX, default c++).  Example, the causal
@@ -34,6 +37,12 @@ while [ $# -gt 0 ]; do
     case $1 in
     -h | --help) usage 0 ;;
     --local-mem-size) lms=${2:?}; shift 2 ;;
+    --top)
+        [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "oclgrind-banks.sh: --top needs a positive integer" >&2; exit 2; }
+        export BANKS_TOP=$2; shift 2 ;;
+    --rank)
+        [[ ${2:-} =~ ^(excess|total)$ ]] || { echo "oclgrind-banks.sh: --rank is excess or total" >&2; exit 2; }
+        export BANKS_RANK=$2; shift 2 ;;
     --) shift; break ;;
     -*) echo "oclgrind-banks.sh: unknown option $1" >&2; usage ;;
     *) break ;;

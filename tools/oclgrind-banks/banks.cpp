@@ -126,6 +126,8 @@ extern "C" void LLVMDisposeMessage(char *message);
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -283,15 +285,20 @@ Report::~Report()
                    k.first.c_str(), store ? "stores" : "loads", t.requests, t.wavefronts, t.minimum,
                    double(t.wavefronts) / double(t.minimum));
     }
+    /* BANKS_RANK=total (oclgrind-banks.sh --rank): the instructions with the most wavefronts, else
+       those with the most above the conflict-free count; BANKS_TOP of them (--top, default 6) */
+    const char *rank = std::getenv("BANKS_RANK"), *top = std::getenv("BANKS_TOP");
+    const bool total = rank && !std::strcmp(rank, "total");
+    const size_t ntop = top && std::atoi(top) > 0 ? size_t(std::atoi(top)) : 6;
     std::vector<std::pair<unsigned long long, std::string>> worst;
     for (const auto &i : byInst.at(k.first))
-      if (i.second.wavefronts > i.second.minimum)
-        worst.emplace_back(i.second.wavefronts - i.second.minimum, i.first);
+      if (total || i.second.wavefronts > i.second.minimum)
+        worst.emplace_back(i.second.wavefronts - (total ? 0 : i.second.minimum), i.first);
     std::sort(worst.rbegin(), worst.rend());
-    for (size_t n = 0; n < worst.size() && n < 6; ++n) {
+    for (size_t n = 0; n < worst.size() && n < ntop; ++n) {
       const Totals &t = byInst.at(k.first).at(worst[n].second);
-      std::fprintf(stderr, "banks:   excess %llu (%llu requests, %.2f wavefronts each) %s\n", worst[n].first,
-                   t.requests, double(t.wavefronts) / double(t.requests), worst[n].second.c_str());
+      std::fprintf(stderr, "banks:   %s %llu (%llu requests, %.2f wavefronts each) %s\n", total ? "total" : "excess",
+                   worst[n].first, t.requests, double(t.wavefronts) / double(t.requests), worst[n].second.c_str());
     }
   }
 }
