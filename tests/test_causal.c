@@ -20,6 +20,7 @@
 #include "harness.h"
 #include "ref_causal.h"
 #include "tolerance.h"
+#include "variant_tunings.h"
 
 #include <check.h>
 #include <math.h>
@@ -330,14 +331,13 @@ END_TEST
 /* The causal forward comes from a program of its own where the forwards' shape (fthreads, fdchunk)
    differs from the rest's (host/program.c, CASTLE_FAMILY_CAUSAL_FORWARD): under a tuning whose
    forwards take fewer work-items and a narrower d chunk than the rest (64 / 8 against 128 / 32, the
-   last tuning of test_forward's table; the GPU entry's 128 / 32 against 64 / 16 runs in
+   last of tests/variant_tunings.h's variant_tunings; the GPU entry's 128 / 32 against 64 / 16 runs in
    test_head_dim_classes), every quick forward and decode case of the table passes, the decode's
    block-kernel chunks (5 rows: keys split among work-groups, partials merged by the rest's
    castle_causal_combine) included. */
 START_TEST(test_forward_own_shape)
 {
-    const castle_tuning t = {.struct_size = sizeof(castle_tuning), .block = 32, .threads = 128, .dchunk = 32,
-                             .vector = 4, .tm = 1, .tn = 1, .bthreads = 32, .btm = 4, .fthreads = 64, .fdchunk = 8};
+    const castle_tuning t = variant_tunings[VARIANT_TUNINGS - 1];
     castle_context *cx = NULL;
     ck_assert_msg(castle_context_create_default(NULL, &cx) == CASTLE_SUCCESS, "%s", castle_last_error());
     const castle_status st = castle_context_set_tuning(cx, &t);

@@ -4,6 +4,7 @@
 #include "conformance_check.h"
 #include "harness.h"
 #include "tolerance.h"
+#include "variant_tunings.h"
 
 #include <check.h>
 #include <math.h>
@@ -76,42 +77,13 @@ START_TEST(test_repeat_and_wide_window)
 }
 END_TEST
 
-/* Other tunings (block, threads, dchunk, vector, micro-tile) pass the same conformance checks: every
-   kernel variant the tuner may pick is a correct one: the CPU mapping's vector widths (16, 8, 4; the
-   CPU entries' 16 x 4 tiles run in every suite), scalar register tiles (1 x 1 on 1024 work-items,
-   2 x 2, the former GPU entry, and 4 x 4), and the GPU entry, whose backward runs its own
-   work-group size and micro-tile rows (bthreads, btm; also on 2 x 4 tiles, which take slabs of d
-   wider than dchunk) and its forward its own work-group size and d chunk (fthreads, fdchunk: more
-   than threads and dchunk there, fewer in the last row).  Both staging orders (stage 1 under
-   vector > 1, stage 2 under decode = 2) and both accumulator kinds (accum 1 and 2, as derived)
-   run, folded (fold = 1024) and not.  Each tuning costs a cold build of two programs (a minute or
-   more on PoCL): the list keeps one of each kind. */
-#define TUNING(...) {.struct_size = sizeof(castle_tuning), __VA_ARGS__}
-static const castle_tuning tunings[] = {
-    /* dchunk = 32: the backward's phase D1 takes 64 columns per step over two matrices' places,
-       read row-major under 16-wide vectors (BW_D1_WIDE, MT_AM_ROWS) */
-    TUNING(.block = 64, .threads = 64, .dchunk = 32, .vector = 16, .tm = 1, .tn = 1),
-    TUNING(.block = 8, .threads = 8, .dchunk = 8, .vector = 8, .tm = 1, .tn = 1, .fold = 1024),
-    TUNING(.block = 32, .threads = 1024, .dchunk = 32, .vector = 1, .tm = 1, .tn = 1),
-    TUNING(.block = 32, .threads = 128, .dchunk = 16, .vector = 1, .tm = 2, .tn = 2), /* the former GPU entry */
-    TUNING(.block = 16, .threads = 16, .dchunk = 16, .vector = 1, .tm = 4, .tn = 4, .fold = 1024),
-    /* the GPU entry before 2026-11-29: the backward on its own shape (128 work-items, 1 x 4 tiles),
-       the forward on 128 work-items staging 32 columns */
-    TUNING(.block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2, .bthreads = 128, .btm = 1,
-           .fthreads = 128, .fdchunk = 32),
-    /* the GPU entry: the same with the backward on 2 x 4 tiles; 128 of them fill a 32 x 32 slab of
-       its d-wide products, which it then takes instead of dchunk's 32 x 16 (CASTLE_BW_SLAB) */
-    TUNING(.block = 32, .threads = 64, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .decode = 2, .bthreads = 128, .btm = 2,
-           .fthreads = 128, .fdchunk = 32),
-    TUNING(.block = 32, .threads = 128, .dchunk = 32, .vector = 4, .tm = 1, .tn = 1, .bthreads = 32, .btm = 4,
-           .fthreads = 64, .fdchunk = 8),
-};
-
+/* Other tunings pass the same conformance checks: variant_tunings (tests/variant_tunings.h says
+   which and why), each a kernel variant the tuner may pick. */
 START_TEST(test_tunings)
 {
     castle_context *ctx = NULL;
     ck_assert_msg(castle_context_create_default(NULL, &ctx) == CASTLE_SUCCESS, "%s", castle_last_error());
-    const castle_tuning *t = &tunings[_i];
+    const castle_tuning *t = &variant_tunings[_i];
     char ts[256];
     ck_assert(castle_tuning_string(t, ts, sizeof ts) == CASTLE_SUCCESS);
     castle_status st = castle_context_set_tuning(ctx, t);
@@ -149,7 +121,7 @@ END_TEST
    the CPU and the GPU mapping, for CASTLE and CASTLE-SWL: masked terms are dropped by select, never
    multiplied by a zero (0 x NaN = NaN), and products over a causal triangle stop at the diagonal.
    Rows 5 (inside the first block, so inside the diagonal products) and 40 (a later block).  Case 0
-   runs under the device's own entry; case i > 0 under tunings[i - 1] (the CPU mapping's vector
+   runs under the device's own entry; case i > 0 under variant_tunings[i - 1] (the CPU mapping's vector
    widths, scalar 1 x 1, 2 x 2 and 4 x 4 tiles, the GPU entry: the programs test_tunings builds, so
    no other kernels are compiled).  A tuning that needs more local memory than the device has is
    reported and left out, as in test_tunings; some of each kind fit 32 KiB (rusticl) and 48 KiB
@@ -158,7 +130,7 @@ START_TEST(test_nonfinite_row)
 {
     castle_context *ctx = NULL;
     ck_assert(castle_context_create_default(NULL, &ctx) == CASTLE_SUCCESS);
-    castle_status st0 = _i ? castle_context_set_tuning(ctx, &tunings[_i - 1]) : CASTLE_SUCCESS;
+    castle_status st0 = _i ? castle_context_set_tuning(ctx, &variant_tunings[_i - 1]) : CASTLE_SUCCESS;
     if (st0 == CASTLE_ERR_BAD_TUNING && strstr(castle_last_error(), "local memory")) { /* said, not hidden */
         fprintf(stderr, "nonfinite: tuning %d does not fit this device: %s\n", _i - 1, castle_last_error());
         castle_context_destroy(ctx);
@@ -232,12 +204,7 @@ END_TEST
    CASTLE-SWL. */
 START_TEST(test_sums_ignore_chunks)
 {
-    static const castle_tuning set[3] = {
-        TUNING(.block = 16, .threads = 16, .dchunk = 8, .vector = 4, .tm = 2, .tn = 1, .fthreads = 16, .fdchunk = 16),
-        TUNING(.block = 16, .threads = 16, .dchunk = 16, .vector = 4, .tm = 2, .tn = 1, .fthreads = 16, .fdchunk = 8),
-        TUNING(.block = 16, .threads = 16, .dchunk = 16, .vector = 4, .tm = 1, .tn = 1, .bthreads = 32, .btm = 2,
-               .fthreads = 64, .fdchunk = 16),
-    };
+    const castle_tuning *set = sum_tunings;
     const h_fwd_case c = {1, 2, 70, _i ? 64 : 33, _i ? 5 : 0, H_BHLD, 1, 0, 131};
     h_fwd_out out[3];
     for (int t = 0; t < 3; ++t) {
@@ -282,14 +249,14 @@ Suite *forward_suite(void)
        prefetch (no longer in the list) took over 300 s in PoCL on a 2-core machine; beside other
        suites (ctest -j) twice that */
     tcase_set_timeout(tc, 1200);
-    tcase_add_loop_test(tc, test_tunings, 0, (int)(sizeof tunings / sizeof tunings[0]));
+    tcase_add_loop_test(tc, test_tunings, 0, VARIANT_TUNINGS);
     tcase_add_loop_test(tc, test_fold_equals_wavefront, 0, 2);
     tcase_add_loop_test(tc, test_sums_ignore_chunks, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("nonfinite");
     tcase_set_tags(tc, "variants"); /* tests/CMakeLists.txt: castle_variants */
     tcase_set_timeout(tc, 900); /* the programs of test_tunings, cold when run alone */
-    tcase_add_loop_test(tc, test_nonfinite_row, 1, 1 + (int)(sizeof tunings / sizeof tunings[0]));
+    tcase_add_loop_test(tc, test_nonfinite_row, 1, 1 + VARIANT_TUNINGS);
     suite_add_tcase(s, tc);
     return s;
 }
