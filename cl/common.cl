@@ -45,12 +45,19 @@
 /* The float4s of each array a GPU decode pass may load into registers before its first barrier
    (cache.cl's DPRE, causal.cl's CD_PRE): a pass that would need more loads at use instead. */
 #define DEC_PRE_QUADS 8
+/* ACC_SKIP leaves an ACC_UNROLL loop at an iteration from which on none has work (a lane's quads
+   past d, a pass's rows past the last): break where the loop stays a loop (ACC == 1), continue where
+   it is unrolled (ACC == 2), since a break keeps clang from unrolling the loop fully, and the
+   private arrays it indexes then go to the stack (the CASTLE decode's prefetched rows: a 400-byte
+   stack frame in clang's PTX, docs/performance.md). */
 #if ACC == 2
 #define DACC CASTLE_HEAD_DIM_CLASS /* the widest head the private arrays hold */
 #define ACC_UNROLL _Pragma("unroll")
+#define ACC_SKIP continue
 #else
 #define DACC CASTLE_MAX_HEAD_DIM
 #define ACC_UNROLL
+#define ACC_SKIP break
 #endif
 
 /* Every __local array of the kernels is declared LM_ALIGNED: 16-byte aligned under the GPU
@@ -79,16 +86,16 @@
 #define LM_ALIGNED_PARAM
 #endif
 
-/* The block pair of a folded kernel (castle_forward_fold, castle_backward_fold: one work-group walks
-   every pair of its batch entry and head) is a function call, not inlined into the kernel's loops
-   over the pairs: inlined, the compiler hoists the pair's loop-invariant addresses and offsets out
-   of those loops, and they stay live through the whole pair.  clang's PTX, GPU entry (sm_90):
-   castle_backward_fold 255 registers with 48 bytes spilled -> 168, none spilled (castle_backward_block's
-   count); castle_forward_fold 80 -> 72 (castle_forward_block's).  The pair's local memory arrives
-   as a parameter declared LM_ALIGNED_PARAM, so that its vector loads stay as wide as inlined.  The
-   same floats either way: a call changes which values stay in registers, not the arithmetic.  Barriers inside a called
-   function are OpenCL C 1.2 (all work-items make the same call); PoCL, rusticl and Oclgrind run
-   them (test_forward's fold cases, test_oclgrind). */
+/* The block pair of the folded backward (castle_backward_fold: one work-group walks every pair of
+   its batch entry and head) is a function call, not inlined into the kernel's loops over the pairs:
+   inlined, the compiler hoists the pair's loop-invariant addresses and offsets out of those loops,
+   and they stay live through the whole pair.  clang's PTX, GPU entry (sm_90): 255 registers, a
+   32-byte stack frame and 48 bytes of spill stores inlined; 168 and none as a call, the count of
+   castle_backward_block.  The pair's local memory arrives as a parameter declared LM_ALIGNED_PARAM,
+   so that its vector loads stay as wide as inlined.  The same floats either way: a call changes
+   which values stay in registers, not the arithmetic.  Barriers inside a called function are
+   OpenCL C 1.2 (all work-items make the same call); PoCL, rusticl and Oclgrind run them
+   (test_forward's fold cases, test_oclgrind).  The folded forward stays inlined (cl/forward.cl). */
 #define FOLD_PAIR __attribute__((noinline))
 
 /* float4 q of a row of floats in global memory.  vload4 and vstore4 need only a float's alignment,
