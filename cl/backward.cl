@@ -632,7 +632,8 @@ void castle_backward_off(const int k, BACKWARD_BLOCK_PARAMS)
    of its batch entry and head in wavefront order, a barrier between pairs making each pair's
    global writes visible to the next (the dependencies never cross batch entries or heads).  The
    first argument is unused (the per-diagonal kernel's k).  The pair is a call (FOLD_PAIR, common.cl). */
-FOLD_PAIR void backward_pair(__local float *lm LM_ALIGNED_PARAM, const int k, const int j, const int bh, BACKWARD_BLOCK_PARAMS)
+FOLD_PAIR void backward_pair(__local float *lm LM_ALIGNED_PARAM, const int k, const int j, const int bh,
+                             BACKWARD_BLOCK_PARAMS)
 {
     backward_block(lm, k, j, bh, BW_ANY, BACKWARD_BLOCK_ARGS);
 }

@@ -364,7 +364,7 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                     ACC_UNROLL for (int i = 0; i < ACCQ; ++i) {
                         const int q = lane + DLN * i;
                         if (q >= nq)
-                            break;
+                            ACC_SKIP;
                         float4 u = DQUAD(du, r, i, q, urow, al);
                         const float4 qq = vload4(q, lq);
                         if (upd) {
@@ -398,7 +398,7 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
             ACC_UNROLL for (int r = 0; r < DRP; ++r) {
                 const int s = sb + team + TEAMS * r;
                 if (s >= s1)
-                    break;
+                    ACC_SKIP;
                 /* the team's online softmax, its rows in increasing order */
                 const float x = team_sum(rx + r * DNT + team * DLN), k = team_sum(rk + r * DNT + team * DLN);
                 const float a = sc * k - castle_silu(sc * x);
@@ -410,7 +410,7 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                 ACC_UNROLL for (int i = 0; i < ACCQ; ++i) {
                     const int q = lane + DLN * i;
                     if (q >= nq)
-                        break;
+                        ACC_SKIP;
                     acc4[i] = acc4[i] * alpha + p * DQUAD(dv, r, i, q, vrow, s == t ? al_in : al);
                 }
                 for (int i = 0; i < ACCT; ++i) {

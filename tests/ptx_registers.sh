@@ -3,8 +3,9 @@
 # no stack frame in the PTX that clang's NVPTX back end makes of them, as NVIDIA's ptxas reports it
 # for sm_90 (tools/ptx-report.sh), at head-dimension classes 64 and 128.  A private array indexed at
 # run time (a loop over micro-tiles or slabs left rolled) shows up as a stack frame; so does a value
-# spilled.  The folded kernels are among them (their block pair is a call, cl/common.cl's
-# FOLD_PAIR: inlined, the folded backward took 255 registers and spilled 48 bytes).  Class 256 of
+# spilled (ptx-report.sh's stack column is ptxas's frame; its spill column the spill stores).  The
+# folded kernels are among them (the backward's block pair is a call, cl/common.cl's FOLD_PAIR:
+# inlined, it took 255 registers, a 32-byte frame and 48 bytes of spill stores).  Class 256 of
 # the causal backward's key side (two d-wide accumulators per work-item) is left out: it does not
 # fit.  And their loads from local memory are vector loads, and those that read tiles or cache rows
 # from global memory have a float4 path for them (see below); under a cap of 128 registers the block
@@ -103,6 +104,38 @@ echo "$out"
 grep -qE '^0123456789ab +castle_probe +stack=0 +spill=0 +regs=[0-9]+ +fma=0 lds=0/0/0 ldg=0/0/0$' <<<"$out" ||
     { echo "--from-cache: no line for the PTX entry"; exit 1; }
 [ "$(wc -l <<<"$out")" = 1 ] || { echo "--from-cache: a line for the entry that is not PTX"; exit 1; }
+# A private array indexed at run time: a 64-byte stack frame and no spill (ptxas -v: "64 bytes stack
+# frame, 0 bytes spill stores"); stack= is the frame, spill= the spill stores, and --no-stack refuses
+# it (the report once took the spill stores for the frame, which hid such arrays).
+rm "$cache"/*.bin
+cat >"$cache/stack.ptx" <<'PTX'
+.version 7.8
+.target sm_90
+.address_size 64
+.visible .entry castle_probe_stack(.param .u64 out, .param .u32 i)
+{
+    .local .align 4 .b8 depot[64];
+    .reg .b64 %rd<6>;
+    .reg .b32 %r<4>;
+    ld.param.u64 %rd1, [out];
+    ld.param.u32 %r1, [i];
+    cvta.to.global.u64 %rd1, %rd1;
+    mov.u64 %rd2, depot;
+    mul.wide.u32 %rd3, %r1, 4;
+    add.s64 %rd4, %rd2, %rd3;
+    st.local.u32 [%rd4], %r1;
+    ld.local.u32 %r2, [depot+8];
+    st.global.u32 [%rd1], %r2;
+    ret;
+}
+PTX
+entry "$cache/0123456789abcdef.bin" "$cache/stack.ptx"
+if out=$(bash "$here/../tools/ptx-report.sh" --from-cache "$cache" --no-stack castle_probe_stack); then
+    echo "$out"; echo "--no-stack took a kernel with a 64-byte stack frame"; exit 1
+fi
+echo "$out"
+grep -qE '^0123456789ab +castle_probe_stack +stack=64 +spill=0 ' <<<"$out" ||
+    { echo "the private array's 64-byte frame is not the stack column"; exit 1; }
 rc=0
 bash "$here/../tools/ptx-report.sh" --from-cache "$cache/none" 2>/dev/null || rc=$?
 [ "$rc" = 2 ] || { echo "--from-cache on a missing directory: exit status $rc, expected 2"; exit 1; }

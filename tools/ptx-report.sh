@@ -28,8 +28,9 @@
 # static instruction mix of its PTX: fma (fma.rn.f32), lds=S/V2/V4, its loads from local memory
 # one, two and four floats wide (a vload4 from local memory that the compiler cannot prove 16-byte
 # aligned becomes four scalar loads; cl/common.cl's LM_ALIGNED), and ldg=S/V2/V4, its loads from
-# global memory by width (cl/common.cl's gload4); a kernel's counts include those of the functions
-# it calls (cl/common.cl's FOLD_PAIR).  PTX_KEEP=DIR keeps the sources, PTX, logs and cubins there.
+# global memory by width (cl/common.cl's gload4); a kernel's counts, stack frame and spill stores
+# include those of the functions it calls (cl/common.cl's FOLD_PAIR), which ptxas lists apart.
+# PTX_KEEP=DIR keeps the sources, PTX, logs and cubins there.
 # Needs clang 15 (Debian's clang-15), libclc-15 (its nvptx64--nvidiacl.bc) and ptxas (the CUDA
 # toolkit); PTX_CLANG, PTX_LIBCLC and PTXAS name them where they are elsewhere.  The program of a
 # family is assembled as the library assembles it (host/program.c): cl/local_memory.h,
@@ -78,7 +79,7 @@ status=0
 report_log() { # <label> <ptxas -v log> <PTX>: one line per kernel, also kept in $work/report
     # the PTX's static instruction mix per entry: fma.rn.f32, ld.shared and ld.global by width (1, 2,
     # 4), with those of the functions it calls (.func, called once per call site: cl/common.cl's
-    # FOLD_PAIR) added to the caller's
+    # FOLD_PAIR) added to the caller's; then the functions it calls, directly or not (calls=)
     awk '/\.(entry|func)[ \t]/ { k = $0; sub(/.*\.(entry|func)[ \t]+/, "", k); sub(/[( \t].*/, "", k)
                                 if ($0 ~ /\.entry/) entry[k] = 1; next }
          callee { c = $1; sub(/,.*/, "", c); calls[k, c] = 1; callee = 0 }
@@ -89,17 +90,28 @@ report_log() { # <label> <ptxas -v log> <PTX>: one line per kernel, also kept in
          function tot(u, c, depth,   e, a, t) { t = n[u, c] + 0
              if (depth < 8) for (e in calls) { split(e, a, SUBSEP); if (a[1] == u) t += tot(a[2], c, depth + 1) }
              return t }
+         function callees(u, depth,   e, a, t) { t = ""
+             if (depth < 8) for (e in calls) { split(e, a, SUBSEP); if (a[1] == u) t = t "," a[2] callees(a[2], depth + 1) }
+             return t }
          END { for (e in entry)
-                   printf "%s fma=%d lds=%d/%d/%d ldg=%d/%d/%d\n", e, tot(e, "f", 0), tot(e, "s1", 0), tot(e, "s2", 0),
-                          tot(e, "s4", 0), tot(e, "g1", 0), tot(e, "g2", 0), tot(e, "g4", 0) }' \
+                   printf "%s fma=%d lds=%d/%d/%d ldg=%d/%d/%d calls=%s\n", e, tot(e, "f", 0), tot(e, "s1", 0),
+                          tot(e, "s2", 0), tot(e, "s4", 0), tot(e, "g1", 0), tot(e, "g2", 0), tot(e, "g4", 0),
+                          callees(e, 0) }' \
         "$3" >"$work/mix"
+    # ptxas -v: each function's stack frame and spill stores ("Function properties for F"), each
+    # entry's registers (those of the functions it calls included); an entry's stack and spill are
+    # its own plus those of every function it calls, which ptxas lists apart
     awk -v fam="$1" -v mixfile="$work/mix" '
-        BEGIN { while ((getline line < mixfile) > 0) { split(line, a, " "); mix[a[1]] = a[2] " " a[3] " " a[4] } }
-        /Compiling entry function/ { k = $0; sub(/.*function .\047?/, "", k); sub(/\047.*/, "", k) }
-        /bytes stack frame/ { st = $5; sp = $9 }
-        /Used [0-9]+ registers/ { for (i = 1; i <= NF; ++i) if ($i == "Used") r = $(i + 1);
-                                  m = (k in mix) ? mix[k] : "fma=0 lds=0/0/0 ldg=0/0/0"
-                                  printf "%-9s %-28s stack=%-5s spill=%-5s regs=%-4s %s\n", fam, k, st, sp, r, m }' \
+        BEGIN { while ((getline line < mixfile) > 0) { split(line, a, " ")
+                                                        mix[a[1]] = a[2] " " a[3] " " a[4]; sub(/^calls=/, "", a[5]); calls[a[1]] = a[5] } }
+        /Function properties for/ { f = $NF; gsub(/\047/, "", f) }
+        /Compiling entry function/ { k = $0; sub(/.*function .\047?/, "", k); sub(/\047.*/, "", k); order[++nk] = k }
+        /bytes stack frame/ { st[f] = $1; sp[f] = $5 } # frame bytes, spill-store bytes
+        /Used [0-9]+ registers/ { for (i = 1; i <= NF; ++i) if ($i == "Used") r[k] = $(i + 1) }
+        END { for (i = 1; i <= nk; ++i) { k = order[i]; s = st[k] + 0; p = sp[k] + 0
+                  nc = split(calls[k], c, ","); for (j = 1; j <= nc; ++j) if (c[j] != "") { s += st[c[j]]; p += sp[c[j]] }
+                  m = (k in mix) ? mix[k] : "fma=0 lds=0/0/0 ldg=0/0/0"
+                  printf "%-9s %-28s stack=%-5s spill=%-5s regs=%-4s %s\n", fam, k, s, p, r[k], m } }' \
         "$2" | tee -a "$work/report"
 }
 if [ -n "$cache" ]; then
