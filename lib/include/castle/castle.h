@@ -159,17 +159,17 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
    fdchunk), its backward on 2 x 4 tiles (btm = 2) on 128 work-items.
    Constraints: each value a power of two in the range below (fold, regs and fregs: any integer in
    it), 0 where "0 = derive" is said or the flag CASTLE_TUNING_OFF allows it (regs, fregs), and regs
-   and fregs 0 unless the device has cl_nv_compiler_options; threads a multiple of block, at most the device's work-group size, with
-   threads x tm x tn x vector dividing block*block and block*dchunk; tm dividing block; tn x vector
-   dividing block and dchunk; the same for the CASTLE backward's bthreads and btm in place of threads
-   and tm, except that bthreads may also be smaller than block (the backward may take its own
-   work-group and micro-tile rows: block, dchunk, vector and tn, which fix the workspace and the
-   staging, are shared) and that where 7 x dchunk >= 3 x block > 3 x dchunk, block*dchunk need not be divided
-   (the backward then shares its d-wide products out in slabs of up to block columns), and for the
-   forwards' fthreads and fdchunk in place of threads and dchunk (their own work-group size and d
-   chunk); the local memory each family of kernels needs must fit the device's; decode = 2 needs
-   work-groups of 128 work-items.  The built-in entries leave regs and fregs at 0 (the compiler's
-   choice).
+   and fregs 0 unless the device has cl_nv_compiler_options; threads a multiple of block, at most
+   the device's work-group size, with threads x tm x tn x vector dividing block*block and
+   block*dchunk; tm dividing block; tn x vector dividing block and dchunk; the same for the CASTLE
+   backward's bthreads and btm in place of threads and tm, except that bthreads may also be smaller
+   than block (the backward may take its own work-group and micro-tile rows: block, dchunk, vector
+   and tn, which fix the workspace and the staging, are shared) and that where 7 x dchunk >= 3 x
+   block > 3 x dchunk, block*dchunk need not be divided (the backward then shares its d-wide
+   products out in slabs of up to block columns), and for the forwards' fthreads and fdchunk in
+   place of threads and dchunk (their own work-group size and d chunk); the local memory each family
+   of kernels needs must fit the device's; decode = 2 needs work-groups of 128 work-items.  The
+   built-in entries leave regs and fregs at 0 (the compiler's choice).
 
    The parameters, in struct order, declared once: X(field, kernel macro or NULL, smallest value,
    largest value, flags, help).  The library's parser, kernel options and checks, castle-info and
