@@ -377,14 +377,20 @@ __attribute__((always_inline)) inline void mt_zero(vfloat *acc)
 }
 
 /* y += x v, both fragments loaded: the TM x TN outer product of one contraction step, for the rows
-   i >= i0 of the tile (i0 a compile-time constant once unrolled). */
+   i >= i0 of the tile (i0 a compile-time constant once unrolled).  The loop runs over all TM rows and
+   tests i0 inside it: a loop from i0 has no constant trip count where clang optimises this function
+   before its callers' constants reach it, and it unrolled it by two at run time instead; under TM = 4
+   that left the callers' accumulators indexed by a variable, so in a stack frame (clang's PTX: the
+   forward's block kernel 272 bytes, the causal forward's 208; under TM = 2 the two iterations folded
+   away). */
 __attribute__((always_inline)) inline void mt_outer(vfloat *y, const float *x, const vfloat *v, const int i0)
 {
 #pragma unroll
-    for (int i = i0; i < TM; ++i)
+    for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j)
-            y[MT_E(i, j)] += x[i] * v[j];
+            if (i >= i0)
+                y[MT_E(i, j)] += x[i] * v[j];
 }
 
 /* y += x b[0 .. MT_COLS): mt_outer with B's fragment loaded from b. */

@@ -9,7 +9,8 @@
 # the causal backward's key side (two d-wide accumulators per work-item) is left out: it does not
 # fit.  And their loads from local memory are vector loads, and those that read tiles or cache rows
 # from global memory have a float4 path for them (see below); under a cap of 128 registers the block
-# kernels spill nothing.  Then a tuning's own register caps (regs, fregs), and --from-cache on a
+# kernels spill nothing.  Then a tuning's own register caps (regs, fregs), 4 x 4 tiles (no frame
+# either), and --from-cache on a
 # cache entry of the library's format (host/bincache.c) that holds PTX, beside one that does not.
 # usage: ptx_registers.sh <build-dir>
 set -euo pipefail
@@ -75,6 +76,23 @@ for fk in "forward castle_forward_block 96" "causal_forward castle_causal_forwar
     r=$(regs_of "$f" "$k")
     [ -n "$r" ] && [ "$r" -le "$cap" ] || { echo "$f $k: ${r:-no} registers under a cap of $cap"; exit 1; }
 done
+# 4 x 4 tiles (tm = 4 for the forwards and the cache, btm = 4 for the backward; fewer work-items to
+# match): a tile's loop over its rows (cl/common.cl's mt_outer) once began at a row the caller
+# passes, which clang unrolled by two at run time before the caller's constant reached it; under
+# TM = 4 that left every accumulator array in a stack frame (the forward's 272 bytes, the
+# backward's 608, the causal forward's 208, the prefill pass's 208; none under TM = 2).
+# At class 64; the causal backward's key side spills there (255 registers).
+echo "== 4 x 4 tiles =="
+set_keys() { # <tuning> <key=value>...: the tuning with those values
+    local t=$1 kv
+    shift
+    for kv in "$@"; do t=$(sed -E "s/(^|,)${kv%%=*}=[0-9]+/\1$kv/" <<<"$t"); done
+    echo "$t"
+}
+t44=$(set_keys "$entry" tm=4 threads=32 fthreads=64 btm=4 bthreads=64)
+case $t44 in *,tm=4,*bthreads=64,btm=4,*fthreads=64,*) ;; *) echo "no 4 x 4 tuning made of $entry: $t44"; exit 1 ;; esac
+bash "$here/../tools/ptx-report.sh" "$1" --tuning "$t44" --no-stack \
+    castle_forward_block,castle_forward_fold,castle_backward_block,castle_backward_off,castle_backward_fold,castle_causal_forward,castle_causal_backward_q,castle_cache_prefill_u
 echo "== --from-cache =="
 cache=$(mktemp -d)
 trap 'rm -rf "$cache"' EXIT
