@@ -10,8 +10,8 @@
 # fit.  And their loads from local memory are vector loads, and those that read tiles or cache rows
 # from global memory have a float4 path for them (see below); under a cap of 128 registers the block
 # kernels spill nothing.  Then a tuning's own register caps (regs, fregs), 4 x 4 tiles (no frame
-# either), and --from-cache on a
-# cache entry of the library's format (host/bincache.c) that holds PTX, beside one that does not.
+# either), and --from-cache on a cache entry of the library's format (host/bincache.c) that holds
+# PTX, beside one that does not.
 # usage: ptx_registers.sh <build-dir>
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -91,8 +91,24 @@ set_keys() { # <tuning> <key=value>...: the tuning with those values
 }
 t44=$(set_keys "$entry" tm=4 threads=32 fthreads=64 btm=4 bthreads=64)
 case $t44 in *,tm=4,*bthreads=64,btm=4,*fthreads=64,*) ;; *) echo "no 4 x 4 tuning made of $entry: $t44"; exit 1 ;; esac
-bash "$here/../tools/ptx-report.sh" "$1" --tuning "$t44" --no-stack \
-    castle_forward_block,castle_forward_fold,castle_backward_block,castle_backward_off,castle_backward_fold,castle_causal_forward,castle_causal_backward_q,castle_cache_prefill_u
+out44=$(bash "$here/../tools/ptx-report.sh" "$1" --tuning "$t44" --no-stack \
+    castle_forward_block,castle_forward_fold,castle_backward_block,castle_backward_off,castle_backward_fold,castle_causal_forward,castle_causal_backward_q,castle_cache_prefill_u) ||
+    { echo "$out44"; exit 1; }
+echo "$out44"
+# --tuning's keys go over the nvidia-gpu entry, a later key winning (CASTLE_TUNING's rule): the same
+# tuning given as its changes alone, and as the whole entry followed by them, reports as above (the
+# report once took the first of two values of a key, so the second form reported the entry); a key
+# that is no tuning parameter, or a value that is not decimal, is refused (exit status 2)
+echo "== --tuning over the nvidia-gpu entry =="
+for form in tm=4,threads=32,fthreads=64,btm=4,bthreads=64 "$entry,tm=4,threads=32,fthreads=64,btm=4,bthreads=64"; do
+    [ "$(bash "$here/../tools/ptx-report.sh" "$1" --tuning "$form")" = "$out44" ] ||
+        { echo "--tuning $form does not report as $t44"; exit 1; }
+done
+for bad in blok=32 tm=x "tm=4,,tn"; do
+    rc=0
+    bash "$here/../tools/ptx-report.sh" "$1" --tuning "$bad" >/dev/null 2>&1 || rc=$?
+    [ "$rc" = 2 ] || { echo "--tuning $bad: exit status $rc, expected 2"; exit 1; }
+done
 echo "== --from-cache =="
 cache=$(mktemp -d)
 trap 'rm -rf "$cache"' EXIT

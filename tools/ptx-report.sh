@@ -13,8 +13,10 @@
 #              of a library binary cache (CASTLE_CACHE_DIR=DIR on the GPU machine, then DIR copied
 #              here; NVIDIA's program binaries are PTX), one line per kernel, the entry's file
 #              (its key hash) in place of the family; entries that are not PTX are skipped
-#   --tuning T a tuning in CASTLE_TUNING's syntax, every parameter given (castle-info --table's
-#              form); default: the built-in nvidia-gpu entry
+#   --tuning T a tuning in CASTLE_TUNING's syntax over the built-in nvidia-gpu entry: the keys
+#              given replace its values, a later key an earlier one (tm=4,bthreads=64 or a whole
+#              castle-info --table line); keys left out keep the entry's values, not derived again
+#              as the library would; an unknown key or a value not decimal: exit status 2
 #   --class C  head-dimension class of the causal and cache programs under accum = 2 (64, 128 or
 #              256; default 64); ignored under accum = 1, where every program serves every d
 #   --arch SM  ptxas target (default sm_90)
@@ -22,7 +24,7 @@
 #              cap, such as the 128 NVIDIA's OpenCL compiler gave the forward and backward of the GPU
 #              entry on an H200 (docs/performance.md); default: the tuning's own caps, fregs for the
 #              forwards and regs for the rest (the library's -cl-nv-maxrregcount), where they are
-#              not 0 (a tuning may leave both out), else no cap
+#              not 0, else no cap
 #   --no-stack exit 1 unless each kernel named has a stack frame of 0 bytes
 # Prints one line per kernel: family, kernel, stack bytes, spill-store bytes, registers, and the
 # static instruction mix of its PTX: fma (fma.rn.f32), lds=S/V2/V4, its loads from local memory
@@ -143,13 +145,21 @@ else
     for f in "$clang" "$clc" "$ptxas"; do
         [ -e "$f" ] || { echo "ptx-report.sh: $f not found (clang-15, libclc-15 and the CUDA toolkit's ptxas)" >&2; exit 2; }
     done
-    if [ -z "$tuning" ]; then
-        tuning=$("$build/tools/castle-info" --table | awk -F'\t' '$1 == "nvidia-gpu" { print $2 }')
-        [ -n "$tuning" ] || { echo "ptx-report.sh: castle-info --table lists no nvidia-gpu entry" >&2; exit 1; }
-    fi
-    value() { # <param>: its value in $tuning
-        tr ',' '\n' <<<"$tuning" | awk -F= -v k="$1" '$1 == k { print $2; found = 1 } END { exit !found }' ||
-            { echo "ptx-report.sh: the tuning gives no $1 (give every parameter)" >&2; exit 2; }
+    # the tuning: the nvidia-gpu entry, then --tuning's keys over it in order (a later one wins, as
+    # in CASTLE_TUNING; keys left out keep the entry's values, which are not derived again)
+    entry=$("$build/tools/castle-info" --table | awk -F'\t' '$1 == "nvidia-gpu" { print $2 }')
+    [ -n "$entry" ] || { echo "ptx-report.sh: castle-info --table lists no nvidia-gpu entry" >&2; exit 1; }
+    declare -A tv
+    for kv in ${entry//,/ }; do tv[${kv%%=*}]=${kv#*=}; done
+    for kv in ${tuning//,/ }; do
+        [[ $kv =~ ^([a-z]+)=([0-9]+)$ ]] || { echo "ptx-report.sh: --tuning: '$kv' is not key=decimal" >&2; exit 2; }
+        [ -n "${tv[${BASH_REMATCH[1]}]+set}" ] ||
+            { echo "ptx-report.sh: --tuning: no tuning parameter '${BASH_REMATCH[1]}'" >&2; exit 2; }
+        tv[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
+    done
+    value() { # <param>: its value in the tuning
+        [ -n "${tv[$1]+set}" ] || { echo "ptx-report.sh: the nvidia-gpu entry gives no $1" >&2; exit 1; }
+        echo "${tv[$1]}"
     }
     # the kernel macros of castle.h's list: X(field, "MACRO", ...)
     mapfile -t params < <(grep -oE 'X\([a-z]+, "[A-Z]+"' "$root/lib/include/castle/castle.h" | sed -E 's/X\(([a-z]+), "([A-Z]+)"/\1 \2/')
@@ -177,8 +187,7 @@ else
         # none), unless --max-regs gives one for all
         cap=()
         if [ ${#maxregs[@]} -eq 0 ]; then
-            r=$(tr ',' '\n' <<<"$tuning" | awk -F= '$1 == "regs" { print $2 }')
-            fr=$(tr ',' '\n' <<<"$tuning" | awk -F= '$1 == "fregs" { print $2 }')
+            r=$(value regs) fr=$(value fregs)
             case $family in forward | causal_forward) [ "${fr:-0}" = 0 ] || r=$fr ;; esac
             [ "${r:-0}" = 0 ] || cap=(-maxrregcount="$r")
         fi
