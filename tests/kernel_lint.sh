@@ -2,8 +2,8 @@
 # kernel_lint.sh KERNEL_LINT CLANG: compiles every kernel program the library builds under its
 # built-in tuning table and under the test suites' own tunings (tests/kernel_lint.c writes them)
 # with CLANG as OpenCL C 1.2 for the SPIR target, syntax and semantics only, under -Wall -Wextra
-# -Werror.  -Wno-unused-parameter: a kernel
-# takes the arguments of every configuration its family has, and some tunings leave some unread.
+# -Werror.  -Wno-unused-parameter: a kernel takes the arguments of every configuration its family
+# has, and some tunings leave some unread.
 # The library builds with -w (host/program.h, CASTLE_BUILD_QUIET), so this is where the kernels'
 # warnings are seen.  Exit status 0 when every program compiles without a warning, else 1 with the
 # first warnings of each failing program.

@@ -61,13 +61,21 @@ echo "== at most 128 registers =="
 capped=castle_forward_block,castle_backward_off,castle_causal_forward,castle_causal_backward_q
 bash "$here/../tools/ptx-report.sh" "$1" --max-regs 128 --no-stack "$capped"
 entry=$("$1/tools/castle-info" --table | awk -F'\t' '$1 == "nvidia-gpu" { print $2 }')
+# the entry with other values of some keys, written out whole (independent of ptx-report.sh's own
+# --tuning merge, which the 4 x 4 section below checks against it)
+set_keys() { # <tuning> <key=value>...: the tuning with those values
+    local t=$1 kv
+    shift
+    for kv in "$@"; do t=$(sed -E "s/(^|,)${kv%%=*}=[0-9]+/\1$kv/" <<<"$t"); done
+    echo "$t"
+}
 echo "== at most 128 registers, btm = 1 =="
-bash "$here/../tools/ptx-report.sh" "$1" --tuning "$(sed 's/btm=[0-9]*/btm=1/' <<<"$entry")" --max-regs 128 \
+bash "$here/../tools/ptx-report.sh" "$1" --tuning "$(set_keys "$entry" btm=1)" --max-regs 128 \
     --no-stack castle_backward_block,castle_backward_off
 # A tuning's own register caps (the library's -cl-nv-maxrregcount): fregs for the forwards, regs for
 # the rest, as ptxas's -maxrregcount.  At fregs = 96 the forwards still spill nothing (docs/performance.md).
 echo "== the tuning's caps: fregs = 96, regs = 128 =="
-out=$(bash "$here/../tools/ptx-report.sh" "$1" --tuning "$(sed -E 's/,regs=[0-9]+,fregs=[0-9]+$/,regs=128,fregs=96/' <<<"$entry")" \
+out=$(bash "$here/../tools/ptx-report.sh" "$1" --tuning "$(set_keys "$entry" regs=128 fregs=96)" \
     --no-stack castle_forward_block,castle_causal_forward,castle_backward_off)
 echo "$out"
 regs_of() { awk -v f="$1" -v k="$2" '$1 == f && $2 == k { sub(/regs=/, "", $5); print $5 }' <<<"$out"; }
@@ -83,12 +91,6 @@ done
 # backward's 608, the causal forward's 208, the prefill pass's 208; none under TM = 2).
 # At class 64; the causal backward's key side spills there (255 registers).
 echo "== 4 x 4 tiles =="
-set_keys() { # <tuning> <key=value>...: the tuning with those values
-    local t=$1 kv
-    shift
-    for kv in "$@"; do t=$(sed -E "s/(^|,)${kv%%=*}=[0-9]+/\1$kv/" <<<"$t"); done
-    echo "$t"
-}
 t44=$(set_keys "$entry" tm=4 threads=32 fthreads=64 btm=4 bthreads=64)
 case $t44 in *,tm=4,*bthreads=64,btm=4,*fthreads=64,*) ;; *) echo "no 4 x 4 tuning made of $entry: $t44"; exit 1 ;; esac
 out44=$(bash "$here/../tools/ptx-report.sh" "$1" --tuning "$t44" --no-stack \
