@@ -11,7 +11,7 @@
 # from global memory have a float4 path for them (see below); under a cap of 128 registers the block
 # kernels spill nothing.  Then a tuning's own register caps (regs, fregs), 4 x 4 tiles (no frame
 # either), and --from-cache on a cache entry of the library's format (host/bincache.c) that holds
-# PTX, beside one that does not.
+# PTX, beside one that does not, and on one whose functions call each other.
 # usage: ptx_registers.sh <build-dir>
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -172,6 +172,35 @@ fi
 echo "$out"
 grep -qE '^0123456789ab +castle_probe_stack +stack=64 +spill=0 ' <<<"$out" ||
     { echo "the private array's 64-byte frame is not the stack column"; exit 1; }
+# Calls: an entry calls two functions that return a value, one of them under a negated predicate, and
+# both call a third, which holds the one FMA.  The count takes the third function once (the report
+# once missed every call with results, and counted a function once per path that reached it).
+rm "$cache"/*.bin
+{
+    printf '.version 7.8\n.target sm_90\n.address_size 64\n'
+    printf '.visible .func (.param .b32 r) castle_g(.param .b32 x)\n{\n    .reg .f32 %%f<3>;\n'
+    printf '    ld.param.f32 %%f1, [x];\n    fma.rn.f32 %%f2, %%f1, %%f1, %%f1;\n    st.param.f32 [r], %%f2;\n    ret;\n}\n'
+    for f in castle_f1 castle_f2; do
+        printf '.visible .func (.param .b32 r) %s(.param .b32 x)\n{\n    .reg .f32 %%f<3>;\n' "$f"
+        printf '    ld.param.f32 %%f1, [x];\n    {\n    .param .b32 a;\n    st.param.f32 [a], %%f1;\n'
+        printf '    .param .b32 b;\n    call.uni (b), \n    castle_g, \n    (a);\n    ld.param.f32 %%f2, [b];\n    }\n'
+        printf '    st.param.f32 [r], %%f2;\n    ret;\n}\n'
+    done
+    printf '.visible .entry castle_probe_calls(.param .u64 out, .param .f32 v)\n{\n'
+    printf '    .reg .pred %%p<2>;\n    .reg .b64 %%rd<2>;\n    .reg .f32 %%f<4>;\n'
+    printf '    ld.param.u64 %%rd1, [out];\n    ld.param.f32 %%f1, [v];\n    cvta.to.global.u64 %%rd1, %%rd1;\n'
+    printf '    setp.gt.f32 %%p1, %%f1, 0f00000000;\n    mov.f32 %%f3, %%f1;\n'
+    printf '    {\n    .param .b32 a;\n    st.param.f32 [a], %%f1;\n    .param .b32 b;\n'
+    printf '    call.uni (b), castle_f1, (a);\n    ld.param.f32 %%f2, [b];\n    }\n'
+    printf '    @!%%p1 bra SKIP;\n    {\n    .param .b32 a;\n    st.param.f32 [a], %%f2;\n    .param .b32 b;\n'
+    printf '    call.uni (b), \n    castle_f2, \n    (\n    a\n    );\n    ld.param.f32 %%f3, [b];\n    }\n'
+    printf 'SKIP:\n    st.global.f32 [%%rd1], %%f3;\n    ret;\n}\n'
+} >"$cache/calls.ptx"
+entry "$cache/0123456789abcdef.bin" "$cache/calls.ptx"
+out=$(bash "$here/../tools/ptx-report.sh" --from-cache "$cache")
+echo "$out"
+grep -qE '^0123456789ab +castle_probe_calls +stack=0 +spill=0 +regs=[0-9]+ +fma=1 lds=0/0/0 ldg=0/0/0$' <<<"$out" ||
+    { echo "calls: the called functions' FMA is not counted once"; exit 1; }
 rc=0
 bash "$here/../tools/ptx-report.sh" --from-cache "$cache/none" 2>/dev/null || rc=$?
 [ "$rc" = 2 ] || { echo "--from-cache on a missing directory: exit status $rc, expected 2"; exit 1; }

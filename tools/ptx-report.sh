@@ -80,25 +80,30 @@ mkdir -p "$work"
 status=0
 report_log() { # <label> <ptxas -v log> <PTX>: one line per kernel, also kept in $work/report
     # the PTX's static instruction mix per entry: fma.rn.f32, ld.shared and ld.global by width (1, 2,
-    # 4), with those of the functions it calls (.func, called once per call site: cl/common.cl's
-    # FOLD_PAIR) added to the caller's; then the functions it calls, directly or not (calls=)
-    awk '/\.(entry|func)[ \t]/ { k = $0; sub(/.*\.(entry|func)[ \t]+/, "", k); sub(/[( \t].*/, "", k)
+    # 4), with those of the functions it calls, directly or not (.func: cl/common.cl's FOLD_PAIR),
+    # added to the caller's, each function once however many paths reach it; then those functions
+    # (calls=)
+    awk 'BEGIN { stmt = "-" } # "-": outside a call statement
+         /\.(entry|func)[ \t]/ { k = $0; sub(/.*\.(entry|func)[ \t]+/, "", k)
+                                sub(/^\([^)]*\)[ \t]*/, "", k); sub(/[( \t].*/, "", k) # a .func: (results) name(params
                                 if ($0 ~ /\.entry/) entry[k] = 1; next }
-         callee { c = $1; sub(/,.*/, "", c); calls[k, c] = 1; callee = 0 }
-         k && /^[ \t]*(@%p[0-9]+[ \t]+)?call(\.uni)?[ \t]*$/ { callee = 1 }
-         k && /^[ \t]*(@%p[0-9]+[ \t]+)?fma\.rn\.f32/ { n[k, "f"]++ }
-         k && /^[ \t]*(@%p[0-9]+[ \t]+)?ld\.shared/ { n[k, "s" (/\.v4\./ ? 4 : /\.v2\./ ? 2 : 1)]++ }
-         k && /^[ \t]*(@%p[0-9]+[ \t]+)?ld\.global\.(nc\.)?(v[24]\.)?f32/ { n[k, "g" (/\.v4\./ ? 4 : /\.v2\./ ? 2 : 1)]++ }
-         function tot(u, c, depth,   e, a, t) { t = n[u, c] + 0
-             if (depth < 8) for (e in calls) { split(e, a, SUBSEP); if (a[1] == u) t += tot(a[2], c, depth + 1) }
-             return t }
-         function callees(u, depth,   e, a, t) { t = ""
-             if (depth < 8) for (e in calls) { split(e, a, SUBSEP); if (a[1] == u) t = t "," a[2] callees(a[2], depth + 1) }
-             return t }
-         END { for (e in entry)
-                   printf "%s fma=%d lds=%d/%d/%d ldg=%d/%d/%d calls=%s\n", e, tot(e, "f", 0), tot(e, "s1", 0),
-                          tot(e, "s2", 0), tot(e, "s4", 0), tot(e, "g1", 0), tot(e, "g2", 0), tot(e, "g4", 0),
-                          callees(e, 0) }' \
+         # a call statement, on one line or several up to its ";": call[.uni] [(results),] callee, (args)
+         k && /^[ \t]*(@!?%p[0-9]+[ \t]+)?call(\.uni)?([ \t]|$)/ { stmt = "" }
+         k && stmt != "-" { stmt = stmt " " $0
+                            if (index($0, ";")) { c = stmt; stmt = "-"
+                                                  sub(/^[ \t]*(@!?%p[0-9]+[ \t]+)?call(\.uni)?[ \t]*/, "", c)
+                                                  sub(/^\([^)]*\)[ \t]*,[ \t]*/, "", c); sub(/[ \t,(;].*/, "", c)
+                                                  if (c != "") calls[k, c] = 1 } }
+         k && /^[ \t]*(@!?%p[0-9]+[ \t]+)?fma\.rn\.f32/ { n[k, "f"]++ }
+         k && /^[ \t]*(@!?%p[0-9]+[ \t]+)?ld\.shared/ { n[k, "s" (/\.v4\./ ? 4 : /\.v2\./ ? 2 : 1)]++ }
+         k && /^[ \t]*(@!?%p[0-9]+[ \t]+)?ld\.global\.(nc\.)?(v[24]\.)?f32/ { n[k, "g" (/\.v4\./ ? 4 : /\.v2\./ ? 2 : 1)]++ }
+         function reach(u, depth,   e, a) { # the functions u calls, directly or not, each once, into seen[]
+             if (depth < 8) for (e in calls) { split(e, a, SUBSEP)
+                                               if (a[1] == u && !(a[2] in seen)) { seen[a[2]] = 1; reach(a[2], depth + 1) } } }
+         function tot(u, c,   f, t) { t = n[u, c] + 0; for (f in seen) t += n[f, c]; return t }
+         END { for (e in entry) { split("", seen); reach(e, 0); t = ""; for (f in seen) t = t "," f
+                   printf "%s fma=%d lds=%d/%d/%d ldg=%d/%d/%d calls=%s\n", e, tot(e, "f"), tot(e, "s1"),
+                          tot(e, "s2"), tot(e, "s4"), tot(e, "g1"), tot(e, "g2"), tot(e, "g4"), t } }' \
         "$3" >"$work/mix"
     # ptxas -v: each function's stack frame and spill stores ("Function properties for F"), each
     # entry's registers (those of the functions it calls included); an entry's stack and spill are
