@@ -44,8 +44,9 @@
 #define CC_DMAX CASTLE_MAX_HEAD_DIM
 /* Columns of d a transposed Q^T or K^T tile holds: all of them (256) under the usual tunings; on
    tunings shrunk for small local memories the tile is staged in pieces, so that these kernels never
-   need more local memory than cl/backward.cl (host/tuning.c). */
-#define CC_TROWS CASTLE_LM_CAUSAL_TROWS(BLK, DT, CC_DMAX) /* local_memory.h, as the host sizes it */
+   need more local memory than cl/backward.cl (host/tuning.c).  A program for a class of heads (DACC,
+   under ACC == 2) takes no more than such heads use (local_memory.h). */
+#define CC_TROWS CASTLE_LM_CAUSAL_TROWS_CLASS(BLK, DT, CC_DMAX, DACC)
 
 #if (NT % BLK) != 0 || ((BLK * BLK) % NT) != 0 || NT < BLK
 #error "causal.cl: NT must be a multiple of BLK that divides BLK*BLK"

@@ -23,8 +23,17 @@
    (4 dmax) as far as it stays within cl/backward.cl's need (6 b + 7 c - 1 columns: then the whole
    is b (8 b + 7 c + 2) floats, CASTLE_LM_BACKWARD, so this family never raises CASTLE_LM_ANY).
    Each kernel adds at most 2 b^2 + 3 b floats.  CASTLE_LM_CAUSAL_FORWARD: the forward alone, as
-   built under the forward's own d chunk (host/program.c, CASTLE_FAMILY_CAUSAL_FORWARD). */
+   built under the forward's own d chunk (host/program.c, CASTLE_FAMILY_CAUSAL_FORWARD).  These are
+   the needs of a program for every head (dmax, CASTLE_MAX_HEAD_DIM), which the host checks; a
+   program for heads of at most dcls columns (a head-dimension class, cl/common.cl's DACC) takes a
+   forward tile no wider than Q^T, K and V of such a head need together, 3 D - c columns beside the
+   chunk (D: dcls rounded up to c), where that is narrower (CASTLE_LM_CAUSAL_TROWS_CLASS: the same
+   staging steps in less local memory, 30 KiB instead of 42 at b = c = 32, class 64). */
 #define CASTLE_LM_CAUSAL_TROWS(b, c, dmax) (4 * ((b) + (c)) < (dmax) ? 4 * ((b) + (c)) : (dmax))
+#define CASTLE_LM_CAUSAL_TROWS_CLASS(b, c, dmax, dcls)                                                  \
+    (CASTLE_LM_CAUSAL_TROWS(b, c, dmax) < 3 * (((dcls) + (c) - 1) / (c) * (c)) - (c)                   \
+         ? CASTLE_LM_CAUSAL_TROWS(b, c, dmax)                                                          \
+         : 3 * (((dcls) + (c) - 1) / (c) * (c)) - (c))
 #define CASTLE_LM_CAUSAL_ST(b, c, dmax)                                                                \
     (4 * (dmax) < 6 * (b) + 7 * (c) - 1 ? 4 * (dmax) : 6 * (b) + 7 * (c) - 1)
 #define CASTLE_LM_CAUSAL(b, c, dmax)                                                                   \

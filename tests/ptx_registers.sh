@@ -48,6 +48,16 @@ for class in 64 128; do
         echo "$k: ${v4:-0} float4 global loads"
         [ "${v4:-0}" -gt 0 ] || { echo "class $class: $k has no float4 loads from global memory"; exit 1; }
     done
+    # A program for a class of heads sizes the causal forward's tile for that class (local_memory.h,
+    # CASTLE_LM_CAUSAL_TROWS_CLASS): at class 64 the forward's own program (fdchunk 32) takes 31104
+    # bytes of local memory, where a tile for every head took 43392 (five groups on an H200 SM's
+    # 228 KiB; seven now)
+    if [ "$class" = 64 ]; then
+        sm=$(awk '$1 == "causal_forward" && $2 == "castle_causal_forward" { sub(/^smem=/, "", $NF); print $NF }' <<<"$out")
+        echo "castle_causal_forward (its own program): ${sm:-no} bytes of local memory"
+        [ -n "$sm" ] && [ "$sm" -le 32768 ] ||
+            { echo "class 64: the causal forward takes ${sm:-no} bytes of local memory, more than 32 KiB"; exit 1; }
+    fi
 done
 # NVIDIA's OpenCL compiler capped the forward and the backward of the GPU entry at 128 registers on
 # an H200 (four work-groups of 128 work-items per SM, as many as their local memory allows; it spilled
@@ -137,7 +147,7 @@ head -c 64 /dev/urandom >"$cache/other.payload"
 entry "$cache/fedcba9876543210.bin" "$cache/other.payload"
 out=$(bash "$here/../tools/ptx-report.sh" --from-cache "$cache" --no-stack castle_probe)
 echo "$out"
-grep -qE '^0123456789ab +castle_probe +stack=0 +spill=0 +regs=[0-9]+ +fma=0 lds=0/0/0 ldg=0/0/0$' <<<"$out" ||
+grep -qE '^0123456789ab +castle_probe +stack=0 +spill=0 +regs=[0-9]+ +fma=0 lds=0/0/0 ldg=0/0/0 smem=0$' <<<"$out" ||
     { echo "--from-cache: no line for the PTX entry"; exit 1; }
 [ "$(wc -l <<<"$out")" = 1 ] || { echo "--from-cache: a line for the entry that is not PTX"; exit 1; }
 # A private array indexed at run time: a 64-byte stack frame and no spill (ptxas -v: "64 bytes stack
@@ -199,7 +209,7 @@ rm "$cache"/*.bin
 entry "$cache/0123456789abcdef.bin" "$cache/calls.ptx"
 out=$(bash "$here/../tools/ptx-report.sh" --from-cache "$cache")
 echo "$out"
-grep -qE '^0123456789ab +castle_probe_calls +stack=0 +spill=0 +regs=[0-9]+ +fma=1 lds=0/0/0 ldg=0/0/0$' <<<"$out" ||
+grep -qE '^0123456789ab +castle_probe_calls +stack=0 +spill=0 +regs=[0-9]+ +fma=1 lds=0/0/0 ldg=0/0/0 smem=0$' <<<"$out" ||
     { echo "calls: the called functions' FMA is not counted once"; exit 1; }
 rc=0
 bash "$here/../tools/ptx-report.sh" --from-cache "$cache/none" 2>/dev/null || rc=$?

@@ -30,8 +30,10 @@
 # static instruction mix of its PTX: fma (fma.rn.f32), lds=S/V2/V4, its loads from local memory
 # one, two and four floats wide (a vload4 from local memory that the compiler cannot prove 16-byte
 # aligned becomes four scalar loads; cl/common.cl's LM_ALIGNED), and ldg=S/V2/V4, its loads from
-# global memory by width (cl/common.cl's gload4); a kernel's counts, stack frame and spill stores
-# include those of the functions it calls (cl/common.cl's FOLD_PAIR), which ptxas lists apart.
+# global memory by width (cl/common.cl's gload4), and smem=B, its local memory in bytes (a
+# work-group's static __local arrays; with the registers, what sets how many groups share a
+# compute unit); a kernel's counts, stack frame and spill stores include those of the functions it
+# calls (cl/common.cl's FOLD_PAIR), which ptxas lists apart.
 # PTX_KEEP=DIR keeps the sources, PTX, logs and cubins there.
 # Needs clang 15 (Debian's clang-15), libclc-15 (its nvptx64--nvidiacl.bc) and ptxas (the CUDA
 # toolkit); PTX_CLANG, PTX_LIBCLC and PTXAS name them where they are elsewhere.  The program of a
@@ -114,11 +116,12 @@ report_log() { # <label> <ptxas -v log> <PTX>: one line per kernel, also kept in
         /Function properties for/ { f = $NF; gsub(/\047/, "", f) }
         /Compiling entry function/ { k = $0; sub(/.*function .\047?/, "", k); sub(/\047.*/, "", k); order[++nk] = k }
         /bytes stack frame/ { st[f] = $1; sp[f] = $5 } # frame bytes, spill-store bytes
-        /Used [0-9]+ registers/ { for (i = 1; i <= NF; ++i) if ($i == "Used") r[k] = $(i + 1) }
+        /Used [0-9]+ registers/ { for (i = 1; i <= NF; ++i) { if ($i == "Used") r[k] = $(i + 1)
+                                                              if ($i ~ /^smem,?$/) sm[k] = $(i - 2) } }
         END { for (i = 1; i <= nk; ++i) { k = order[i]; s = st[k] + 0; p = sp[k] + 0
                   nc = split(calls[k], c, ","); for (j = 1; j <= nc; ++j) if (c[j] != "") { s += st[c[j]]; p += sp[c[j]] }
                   m = (k in mix) ? mix[k] : "fma=0 lds=0/0/0 ldg=0/0/0"
-                  printf "%-9s %-28s stack=%-5s spill=%-5s regs=%-4s %s\n", fam, k, s, p, r[k], m } }' \
+                  printf "%-9s %-28s stack=%-5s spill=%-5s regs=%-4s %s smem=%d\n", fam, k, s, p, r[k], m, sm[k] } }' \
         "$2" | tee -a "$work/report"
 }
 if [ -n "$cache" ]; then
