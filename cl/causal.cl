@@ -512,9 +512,9 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
                           __global const float *k, __global const float *v, const ulong4 sc_,
                           const int nsplit, __global float *part)
 {
-    __local float lq[CC_DQ * CC_DMAX] LM_ALIGNED;              /* the new rows' queries */
-    __local float rx[CD_RP * CC_DQ * CC_DNT] LM_ALIGNED;       /* per-lane partial scores */
-    __local float tm[CD_TEAMS] LM_ALIGNED, tl[CD_TEAMS] LM_ALIGNED, tacc[CD_TEAMS * CC_DMAX] LM_ALIGNED;
+    __local float lq[CC_DQ * DACC] LM_ALIGNED;           /* the new rows' queries */
+    __local float rx[CD_RP * CC_DQ * CC_DNT] LM_ALIGNED; /* per-lane partial scores */
+    __local float tm[CD_TEAMS] LM_ALIGNED, tl[CD_TEAMS] LM_ALIGNED, tacc[CD_TEAMS * DACC] LM_ALIGNED;
     const int lid = get_local_id(0), lane = lid % CD_LN, team = lid / CD_LN;
     const int sp = get_group_id(0), bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;
@@ -524,7 +524,7 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
     __global const float *pk = k + tensor_offset(sc_, b, h, 0);
     __global const float *pv = v + tensor_offset(sc_, b, h, 0);
     for (int e = lid; e < n * d; e += CC_DNT)
-        lq[(e / d) * CC_DMAX + e % d] = q[tensor_offset(sq, b, h, e / d) + e % d];
+        lq[(e / d) * DACC + e % d] = q[tensor_offset(sq, b, h, e / d) + e % d];
     float m[CC_DQ], l[CC_DQ];
     float4 acc4[CC_DQ][CD_ACCQ];
     float acct[CC_DQ][CD_ACCT];
@@ -555,7 +555,7 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
 #endif
             ACC_UNROLL for (int r = 0; r < CC_DQ; ++r)
                 rx[(j * CC_DQ + r) * CC_DNT + lid] =
-                    (r < n && s < s_end && s <= t0 + r) ? lane_dot(pk + (ulong)s * sc_.z, false, lq + r * CC_DMAX, lane, CD_LN, d) : 0.0f;
+                    (r < n && s < s_end && s <= t0 + r) ? lane_dot(pk + (ulong)s * sc_.z, false, lq + r * DACC, lane, CD_LN, d) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         ACC_UNROLL for (int j = 0; j < CD_RP; ++j) { /* each team's online softmax, its keys in increasing order */
@@ -618,7 +618,7 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
                 break;
             float4 x;
             CD_PICK(x, acc4, [i]);
-            vstore4(x, qd, tacc + team * CC_DMAX);
+            vstore4(x, qd, tacc + team * DACC);
         }
         ACC_UNROLL for (int i = 0; i < CD_ACCT; ++i) {
             const int c = 4 * nq + lane + CD_LN * i;
@@ -626,7 +626,7 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
                 break;
             float x;
             CD_PICK(x, acct, [i]);
-            tacc[team * CC_DMAX + c] = x;
+            tacc[team * DACC + c] = x;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         float mx = -INFINITY;
@@ -639,7 +639,7 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
                 /* a team that saw no key (m = -inf) adds nothing, also when none did (mx = -inf) */
                 const float w = tm[i] == -INFINITY ? 0.0f : exp(tm[i] - mx);
                 if (c < d)
-                    x += w * tacc[i * CC_DMAX + c];
+                    x += w * tacc[i * DACC + c];
                 else
                     sum += w * tl[i];
             }
@@ -708,7 +708,7 @@ void castle_causal_append(const int n, const int t0, const int d, const int H,
  * block (as MT_AT says), all of d at once when four such tiles fit (CC_RES: the B operands are
  * staged once per work-group), else everything CC_W1 columns at a time.  The gradient products
  * stage their row-major B operands in what is left of T. */
-#define CC_ST CASTLE_LM_CAUSAL_ST(BLK, DT, CC_DMAX) /* columns of BLK floats in T (local_memory.h) */
+#define CC_ST CASTLE_LM_CAUSAL_ST_CLASS(BLK, DT, CC_DMAX, DACC) /* columns of BLK floats in T (local_memory.h) */
 #if CC_ST < 4 * DT
 #error "causal.cl: the backward's staging area must hold four d chunks"
 #endif

@@ -25,10 +25,11 @@
    Each kernel adds at most 2 b^2 + 3 b floats.  CASTLE_LM_CAUSAL_FORWARD: the forward alone, as
    built under the forward's own d chunk (host/program.c, CASTLE_FAMILY_CAUSAL_FORWARD).  These are
    the needs of a program for every head (dmax, CASTLE_MAX_HEAD_DIM), which the host checks; a
-   program for heads of at most dcls columns (a head-dimension class, cl/common.cl's DACC) takes a
-   forward tile no wider than Q^T, K and V of such a head need together, 3 D - c columns beside the
-   chunk (D: dcls rounded up to c), where that is narrower (CASTLE_LM_CAUSAL_TROWS_CLASS: the same
-   staging steps in less local memory, 30 KiB instead of 42 at b = c = 32, class 64). */
+   program for heads of at most dcls columns (a head-dimension class, cl/common.cl's DACC) takes
+   no more than such heads use, with the same staging steps: a forward tile no wider than Q^T, K and
+   V need together, 3 D - c columns beside the chunk (D: dcls rounded up to c), and a backward
+   staging area no wider than four d-wide tiles, 4 D (the _CLASS forms; at b = 32, class 64: the
+   forward at c = 32 30 KiB instead of 42, the backward's two kernels at c = 16 6 KiB less). */
 #define CASTLE_LM_CAUSAL_TROWS(b, c, dmax) (4 * ((b) + (c)) < (dmax) ? 4 * ((b) + (c)) : (dmax))
 #define CASTLE_LM_CAUSAL_TROWS_CLASS(b, c, dmax, dcls)                                                  \
     (CASTLE_LM_CAUSAL_TROWS(b, c, dmax) < 3 * (((dcls) + (c) - 1) / (c) * (c)) - (c)                   \
@@ -36,6 +37,10 @@
          : 3 * (((dcls) + (c) - 1) / (c) * (c)) - (c))
 #define CASTLE_LM_CAUSAL_ST(b, c, dmax)                                                                \
     (4 * (dmax) < 6 * (b) + 7 * (c) - 1 ? 4 * (dmax) : 6 * (b) + 7 * (c) - 1)
+#define CASTLE_LM_CAUSAL_ST_CLASS(b, c, dmax, dcls)                                                    \
+    (CASTLE_LM_CAUSAL_ST(b, c, dmax) < 4 * (((dcls) + (c) - 1) / (c) * (c))                            \
+         ? CASTLE_LM_CAUSAL_ST(b, c, dmax)                                                             \
+         : 4 * (((dcls) + (c) - 1) / (c) * (c)))
 #define CASTLE_LM_CAUSAL(b, c, dmax)                                                                   \
     ((b) * (CASTLE_LM_MAX_(CASTLE_LM_CAUSAL_TROWS(b, c, dmax) + (c), CASTLE_LM_CAUSAL_ST(b, c, dmax)) + 2 * (b) + 3))
 #define CASTLE_LM_CAUSAL_FORWARD(b, c, dmax) ((b) * (CASTLE_LM_CAUSAL_TROWS(b, c, dmax) + (c) + 2 * (b) + 3))

@@ -48,15 +48,20 @@ for class in 64 128; do
         echo "$k: ${v4:-0} float4 global loads"
         [ "${v4:-0}" -gt 0 ] || { echo "class $class: $k has no float4 loads from global memory"; exit 1; }
     done
-    # A program for a class of heads sizes the causal forward's tile for that class (local_memory.h,
-    # CASTLE_LM_CAUSAL_TROWS_CLASS): at class 64 the forward's own program (fdchunk 32) takes 31104
-    # bytes of local memory, where a tile for every head took 43392 (five groups on an H200 SM's
-    # 228 KiB; seven now)
+    # A program for a class of heads sizes the causal kernels' local memory for that class
+    # (local_memory.h's _CLASS forms, the DACC strides of the causal decode).  At class 64 (bytes,
+    # with the sizes for every head they had before): the forward's own program (fdchunk 32) 31104
+    # (43392: five groups on an H200 SM's 228 KiB, seven now), the backward's query and key sides
+    # 37120 and 41216 (43136, 47232), the decode 6272 (21632)
     if [ "$class" = 64 ]; then
-        sm=$(awk '$1 == "causal_forward" && $2 == "castle_causal_forward" { sub(/^smem=/, "", $NF); print $NF }' <<<"$out")
-        echo "castle_causal_forward (its own program): ${sm:-no} bytes of local memory"
-        [ -n "$sm" ] && [ "$sm" -le 32768 ] ||
-            { echo "class 64: the causal forward takes ${sm:-no} bytes of local memory, more than 32 KiB"; exit 1; }
+        for want in causal_forward:castle_causal_forward:31104 causal:castle_causal_backward_q:37120 \
+            causal:castle_causal_backward_kv:41216 causal:castle_causal_decode:6272; do
+            IFS=: read -r fam k most <<<"$want"
+            sm=$(awk -v f="$fam" -v k="$k" '$1 == f && $2 == k { sub(/^smem=/, "", $NF); print $NF }' <<<"$out")
+            echo "$k ($fam): ${sm:-no} bytes of local memory"
+            [ -n "$sm" ] && [ "$sm" -le "$most" ] ||
+                { echo "class 64: $k takes ${sm:-no} bytes of local memory, more than $most"; exit 1; }
+        done
     fi
 done
 # NVIDIA's OpenCL compiler capped the forward and the backward of the GPU entry at 128 registers on
