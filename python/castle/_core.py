@@ -328,8 +328,20 @@ def upload(device, x, fn="castle", name="x", ndim=4):
 
 
 def _contiguous_cl(x):
+    """A C-contiguous copy of a pyopencl array of any strides and offset (pyopencl's get() and
+    copy() take contiguous arrays only): the bytes it spans are read from its buffer, viewed with
+    its strides, made contiguous and uploaded."""
+    import pyopencl
     import pyopencl.array
-    return pyopencl.array.to_device(x.queue, np.ascontiguousarray(x.get()))
+    if x.size == 0:
+        return pyopencl.array.empty(x.queue, x.shape, x.dtype)
+    lo = sum(min(0, (n - 1) * s) for n, s in zip(x.shape, x.strides))
+    hi = sum(max(0, (n - 1) * s) for n, s in zip(x.shape, x.strides)) + x.dtype.itemsize
+    span = np.empty(hi - lo, np.uint8)
+    pyopencl.enqueue_copy(x.queue, span, x.base_data, src_offset=x.offset + lo, wait_for=x.events,
+                          is_blocking=True)
+    view = np.ndarray(x.shape, x.dtype, buffer=span, offset=-lo, strides=x.strides)
+    return pyopencl.array.to_device(x.queue, np.ascontiguousarray(view))
 
 
 def uploads(device, fn, names, arrays, shape=None, same=True):

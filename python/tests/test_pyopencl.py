@@ -43,3 +43,34 @@ def test_a_pyopencl_queue_of_its_own(rng):
     assert err(o.get(), castle_parallel(*x)[0]) < FORWARD_TOL
     with pytest.raises(ValueError, match="another OpenCL context"):
         castle.forward(*xs)  # the default device has its own context
+
+
+def test_views_that_need_a_copy(rng):
+    """A pyopencl view that the library cannot read in place (an offset into its buffer, or strides
+    that are not the library's) is copied once on the device's queue: a slice of tokens, every other
+    column, a head-major transpose.  pyopencl's own get() and copy() refuse such views, which once
+    made these calls fail with its AssertionError."""
+    dev = castle.default_device()
+    q = dev.pyopencl_queue
+    wide = six(rng, (1, 2, 24, 16))
+    views = {
+        "tokens 8:": ([cla.to_device(q, a)[:, :, 8:] for a in wide], [a[:, :, 8:] for a in wide]),
+        "columns ::2": ([cla.to_device(q, a)[..., ::2] for a in wide], [a[..., ::2] for a in wide]),
+        "heads and tokens swapped": (
+            [cla.to_device(q, np.ascontiguousarray(a.transpose(0, 2, 1, 3))).transpose((0, 2, 1, 3)) for a in wide],
+            wide),
+    }
+    for name, (xs, ref) in views.items():
+        assert not xs[0].flags.c_contiguous or xs[0].offset, name
+        o, lse = castle.forward(*xs)
+        ro, rlse = castle.forward(*ref)
+        np.testing.assert_array_equal(o.get(), ro, err_msg=name)
+        np.testing.assert_array_equal(lse.get(), rlse, err_msg=name)
+    # decode of one token sliced out of a sequence on the device
+    full = [cla.to_device(q, a) for a in wide]
+    c, r = castle.Cache(1, 2, 16, capacity=24), castle.Cache(1, 2, 16, capacity=24)
+    c.prefill(*[x[:, :, :20] for x in full])
+    r.prefill(*[a[:, :, :20] for a in wide])
+    for t in range(20, 24):
+        o = c.decode(*[x[:, :, t:t + 1] for x in full])
+        np.testing.assert_array_equal(o.get(), r.decode(*[a[:, :, t:t + 1] for a in wide]))
