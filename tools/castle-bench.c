@@ -19,6 +19,7 @@
 #include <clblast_c.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -37,7 +38,7 @@ static const char usage[] =
     "  --impls LIST       comma list of castle,swl,causal (default: all)\n"
     "  --L LIST           sequence lengths (default: 512,1024,2048,4096,8192)\n"
     "  --t LIST           decode positions (cache lengths) for op=decode (default: the --L list)\n"
-    "  --d N              head dim (default 64)\n"
+    "  --d N              head dim, 1..256 (default 64)\n"
     "  --batch N          batch entries (default 1)\n"
     "  --heads N          heads (default 8)\n"
     "  --window W         CASTLE-SWL window (default 512)\n"
@@ -93,6 +94,8 @@ static int fail_usage(const char *msg, const char *arg)
     return 2;
 }
 
+_Static_assert(CASTLE_MAX_HEAD_DIM == 256, "castle-bench's --d message and --help name 256");
+
 static bool parse_size(const char *s, size_t *v)
 {
     char *end;
@@ -134,7 +137,10 @@ static bool parse_names(const char *s, const char *const *names, int count, bool
             return false;
         sel[k] = true;
     }
-    return true;
+    for (int k = 0; k < count; ++k) /* at least one name: a run that measures nothing is a mistake */
+        if (sel[k])
+            return true;
+    return false;
 }
 
 static int parse_args(int argc, char **argv, options *o)
@@ -214,7 +220,9 @@ static int parse_args(int argc, char **argv, options *o)
         default: /* the options with one non-negative integer */
             if (!parse_size(v, &x))
                 return fail_usage("expected a non-negative integer, got", v);
-            if (c == O_D)
+            if (c == O_D && (x < 1 || x > CASTLE_MAX_HEAD_DIM))
+                return fail_usage("--d must be in 1..256 (CASTLE_MAX_HEAD_DIM), got", v);
+            else if (c == O_D)
                 o->d = x;
             else if (c == O_BATCH)
                 o->batch = x;
@@ -222,8 +230,8 @@ static int parse_args(int argc, char **argv, options *o)
                 o->heads = x;
             else if (c == O_GEMM)
                 o->gemm = x;
-            else if (c == O_WINDOW && x < 1)
-                return fail_usage("--window must be >= 1 (it is the CASTLE-SWL window), got", v);
+            else if (c == O_WINDOW && (x < 1 || x > LONG_MAX))
+                return fail_usage("--window must be >= 1 (it is the CASTLE-SWL window) and fit a long, got", v);
             else if (c == O_WINDOW)
                 o->window = (long)x;
             else if (x < 1 || x > 1000)

@@ -102,6 +102,11 @@ static int parse_args(int argc, char **argv, options *o)
                     return usage_error("unknown operation in --ops:", tok);
                 o->ops[k] = true;
             }
+            bool any = false;
+            for (int k = 0; k < CONF_NOPS; ++k)
+                any |= o->ops[k];
+            if (!any) /* a run that checks nothing must not pass */
+                return usage_error("--ops names no operation:", optarg);
             break;
         }
         case ':':

@@ -99,6 +99,8 @@ int main(int argc, char **argv)
     const long prompt = val[0], tokens = val[1], heads = val[2], dim = val[3], window = val[4];
     if (prompt < 1 || tokens < 1 || heads < 1 || dim < 1 || window < 0)
         return fprintf(stderr, "castle-generate: prompt, tokens, heads and dim must be >= 1, window >= 0\n"), 2;
+    if (dim > CASTLE_MAX_HEAD_DIM)
+        return fprintf(stderr, "castle-generate: dim must be at most %d, got %ld\n", CASTLE_MAX_HEAD_DIM, dim), 2;
     /* the buffers' sizes (heads x (prompt + tokens) x dim floats) must not overflow */
     if (prompt > (long)(SIZE_MAX / 8) - tokens ||
         (size_t)heads > SIZE_MAX / sizeof(float) / (size_t)dim / (size_t)(prompt + tokens))

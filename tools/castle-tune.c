@@ -47,7 +47,7 @@ static const char usage[] =
     "options:\n"
     "  --device P:D   OpenCL platform:device or flat index (default: $CASTLE_DEVICE, else 0:0)\n"
     "  --L N          sequence length to tune at (default 1024)\n"
-    "  --d N          head dim (default 64)\n"
+    "  --d N          head dim, 1..256 (default 64)\n"
     "  --heads N      heads (default 4)\n"
     "  --repeat N     timed runs per candidate, median taken (default 3)\n"
     "  --max-tiles N  most micro-tiles per work-item of a candidate that is built (default 16)\n"
@@ -78,6 +78,8 @@ static int bad_usage(const char *msg, const char *arg)
 }
 
 /* A positive integer option value (at most 1000000) into *x; false when v is anything else. */
+_Static_assert(CASTLE_MAX_HEAD_DIM == 256, "castle-tune's --d message and --help name 256");
+
 static bool parse_count(const char *v, unsigned long long *x)
 {
     char *end;
@@ -139,6 +141,8 @@ static int parse_args(int argc, char **argv, options *o)
                 return bad_usage("expected a positive integer, got", optarg);
             if (c == OPT_L)
                 o->L = (size_t)x;
+            else if (c == OPT_D && x > CASTLE_MAX_HEAD_DIM)
+                return bad_usage("--d must be in 1..256 (CASTLE_MAX_HEAD_DIM), got", optarg);
             else if (c == OPT_D)
                 o->d = (size_t)x;
             else if (c == OPT_HEADS)
