@@ -11,8 +11,8 @@
 castle_status castle_cache_create(castle_context *ctx, const castle_attention_desc *desc, castle_cache **out)
 {
     castle__clear_error();
-    castle_problem p;
-    castle_status st = castle__check_desc(ctx, desc, &p);
+    castle_problem p; /* the layouts are not used (castle.h) */
+    castle_status st = castle__check_desc_for(ctx, desc, &p, 0u, CASTLE_CHECK_WINDOW | CASTLE_CHECK_SCALE);
     if (st != CASTLE_SUCCESS)
         return st;
     if (!out)

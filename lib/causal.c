@@ -19,7 +19,7 @@ castle_status castle_causal_forward(castle_context *ctx, const castle_attention_
 {
     castle__clear_error();
     castle_problem p;
-    castle_status st = castle__check_desc(ctx, desc, &p);
+    castle_status st = castle__check_desc_for(ctx, desc, &p, CASTLE_CAUSAL_LAYOUTS, CASTLE_CHECK_SCALE);
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {[CASTLE_TENSOR_QC] = q,
@@ -40,7 +40,7 @@ castle_status castle_causal_backward(castle_context *ctx, const castle_attention
 {
     castle__clear_error();
     castle_problem p;
-    castle_status st = castle__check_desc(ctx, desc, &p);
+    castle_status st = castle__check_desc_for(ctx, desc, &p, CASTLE_CAUSAL_LAYOUTS, CASTLE_CHECK_SCALE);
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {
@@ -58,8 +58,8 @@ castle_status castle_causal_backward(castle_context *ctx, const castle_attention
 castle_status castle_kv_cache_create(castle_context *ctx, const castle_attention_desc *desc, castle_kv_cache **out)
 {
     castle__clear_error();
-    castle_problem p;
-    castle_status st = castle__check_desc(ctx, desc, &p);
+    castle_problem p; /* window, scale and the layouts are not used (castle.h) */
+    castle_status st = castle__check_desc_for(ctx, desc, &p, 0u, 0u);
     if (st != CASTLE_SUCCESS)
         return st;
     if (!out)
@@ -89,7 +89,7 @@ static castle_status append(castle_context *ctx, castle_kv_cache *cache, const c
 {
     castle__clear_error();
     castle_problem p;
-    castle_status st = castle__check_desc(ctx, desc, &p);
+    castle_status st = castle__check_desc_for(ctx, desc, &p, CASTLE_CAUSAL_LAYOUTS, CASTLE_CHECK_SCALE);
     if (st != CASTLE_SUCCESS)
         return st;
     if (!cache)

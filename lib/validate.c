@@ -91,6 +91,12 @@ castle_status castle__check_castle_len(const castle_problem *p, const char *fn)
 
 castle_status castle__check_desc(const castle_context *ctx, const castle_attention_desc *desc, castle_problem *p)
 {
+    return castle__check_desc_for(ctx, desc, p, CASTLE_ALL_LAYOUTS, CASTLE_CHECK_WINDOW | CASTLE_CHECK_SCALE);
+}
+
+castle_status castle__check_desc_for(const castle_context *ctx, const castle_attention_desc *desc, castle_problem *p,
+                                     unsigned layouts, unsigned checks)
+{
     if (!ctx)
         return castle__fail(CASTLE_ERR_NULL_CONTEXT, "the castle_context is NULL");
     if (!desc)
@@ -109,10 +115,10 @@ castle_status castle__check_desc(const castle_context *ctx, const castle_attenti
     if (p->d > CASTLE_MAX_HEAD_DIM)
         return castle__fail(CASTLE_ERR_HEAD_DIM, "head_dim=%zu: supported head dims are 1..%d", p->d,
                             CASTLE_MAX_HEAD_DIM);
-    if (desc->window < 0)
+    if ((checks & CASTLE_CHECK_WINDOW) && desc->window < 0)
         return castle__fail(CASTLE_ERR_NEGATIVE_WINDOW, "window=%ld: must be 0 (CASTLE) or >= 1 (CASTLE-SWL)",
                             desc->window);
-    if (!(desc->scale >= 0.0f && desc->scale <= CASTLE_MAX_SCALE))
+    if ((checks & CASTLE_CHECK_SCALE) && !(desc->scale >= 0.0f && desc->scale <= CASTLE_MAX_SCALE))
         return castle__fail(CASTLE_ERR_BAD_SCALE,
                             "scale=%g: must be in [0, %g] (0 means 1/sqrt(d); larger scales overflow the float32 scores)",
                             (double)desc->scale, (double)CASTLE_MAX_SCALE);
@@ -122,12 +128,14 @@ castle_status castle__check_desc(const castle_context *ctx, const castle_attenti
         return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "batch*heads=%zu*%zu and seq_len=%zu must each fit in an int",
                             p->B, p->H, p->L);
     /* A window reaching past the sequence is no window at all. */
-    p->W = (size_t)desc->window >= p->L ? 0 : desc->window;
-    p->scale = desc->scale > 0.0f ? desc->scale : (float)(1.0 / sqrt((double)p->d));
+    p->W = !(checks & CASTLE_CHECK_WINDOW) || (size_t)desc->window >= p->L ? 0 : desc->window;
+    p->scale = (checks & CASTLE_CHECK_SCALE) && desc->scale > 0.0f ? desc->scale : (float)(1.0 / sqrt((double)p->d));
     p->N = (p->L + blk - 1) / blk;
     p->Lpad = p->N * blk;
 
     for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t) {
+        if (!(layouts >> t & 1u))
+            continue; /* not used by the call: its strides stay 0 */
         castle_layout l = desc->layout[t];
         const bool is_lse = t == CASTLE_TENSOR_LSE;
         const size_t width = is_lse ? 1 : p->d;
@@ -221,9 +229,17 @@ castle_status castle__check_queue(const castle_context *ctx, cl_command_queue qu
     if ((n > 0) != (list != NULL))
         return castle__fail(CASTLE_ERR_WAIT_LIST, "num_wait_events=%u with a %s wait list", n,
                             list ? "non-NULL" : "NULL");
-    for (cl_uint i = 0; i < n; ++i)
+    for (cl_uint i = 0; i < n; ++i) {
         if (!list[i])
             return castle__fail(CASTLE_ERR_WAIT_LIST, "wait_events[%u] is NULL", i);
+        /* an event of another context: an implementation may refuse it at the first enqueue, or (PoCL)
+           take it, so that a wait on it never ends; refused here, before anything is enqueued */
+        cl_context ec = NULL;
+        if (clGetEventInfo(list[i], CL_EVENT_CONTEXT, sizeof ec, &ec, NULL) != CL_SUCCESS)
+            return castle__fail(CASTLE_ERR_WAIT_LIST, "wait_events[%u] is not a valid cl_event", i);
+        if (ec != ctx->cl_ctx)
+            return castle__fail(CASTLE_ERR_WAIT_LIST, "wait_events[%u] belongs to another OpenCL context", i);
+    }
     return CASTLE_SUCCESS;
 }
 

@@ -50,6 +50,19 @@ castle_status castle__check_desc_size(const castle_attention_desc *desc, size_t 
    fills p.  The one place a descriptor is validated; the calls whose kernels bound the length
    further (castle_forward, castle_backward, castle_prefill) add castle__check_castle_len. */
 castle_status castle__check_desc(const castle_context *ctx, const castle_attention_desc *desc, castle_problem *p);
+/* The same, for a call that uses only some of the descriptor (castle.h says which fields each call
+   ignores): the layouts of the tensors in `layouts` (a bit per castle_tensor; the others' strides
+   in p are 0), the window where checks has CASTLE_CHECK_WINDOW (else p->W is 0), the scale where
+   it has CASTLE_CHECK_SCALE (else p->scale is 1/sqrt(d)).  Shape and sizes always. */
+enum { CASTLE_CHECK_WINDOW = 1, CASTLE_CHECK_SCALE = 2 };
+#define CASTLE_ALL_LAYOUTS ((1u << CASTLE_TENSOR_COUNT) - 1u)
+/* the tensors of the causal baseline (castle.h: q, k, v as QC, KC, VC; o, lse; d_o and its gradients) */
+#define CASTLE_CAUSAL_LAYOUTS                                                                            \
+    ((1u << CASTLE_TENSOR_QC) | (1u << CASTLE_TENSOR_KC) | (1u << CASTLE_TENSOR_VC) | (1u << CASTLE_TENSOR_O) | \
+     (1u << CASTLE_TENSOR_LSE) | (1u << CASTLE_TENSOR_DO) | (1u << CASTLE_TENSOR_DQC) |                     \
+     (1u << CASTLE_TENSOR_DKC) | (1u << CASTLE_TENSOR_DVC))
+castle_status castle__check_desc_for(const castle_context *ctx, const castle_attention_desc *desc, castle_problem *p,
+                                     unsigned layouts, unsigned checks);
 /* CASTLE_ERR_SIZE_OVERFLOW when a checked problem has more than CASTLE_MAX_SEQ_LEN tokens: the CASTLE
    calls' limit (fn names the call in the message). */
 castle_status castle__check_castle_len(const castle_problem *p, const char *fn);

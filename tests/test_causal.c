@@ -846,6 +846,41 @@ START_TEST(test_argument_errors)
             ck_assert_msg(nonzero > n / 2, "only %zu of %zu gradient entries written and non-zero", nonzero, n);
         }
     }
+    /* The fields castle.h says the causal calls ignore are not checked: a negative window and the U
+       tensors' layouts (a row stride below d, an extent that overflows, gradient rows that overlap).
+       They were (NEGATIVE_WINDOW, BAD_STRIDE, SIZE_OVERFLOW); now the calls run and their outputs are
+       bitwise those of the plain descriptor. */
+    castle_attention_desc odd = x.desc;
+    odd.window = -1;
+    odd.layout[CASTLE_TENSOR_QU] = (castle_layout){0, 0, 1};
+    odd.layout[CASTLE_TENSOR_KU] = (castle_layout){SIZE_MAX / 2, 0, c.d};
+    odd.layout[CASTLE_TENSOR_DQU] = (castle_layout){1, 1, c.d};
+    ck_assert_msg(castle_causal_backward(cx, &odd, b[CASTLE_TENSOR_QC], b[CASTLE_TENSOR_KC], b[CASTLE_TENSOR_VC],
+                                         b[CASTLE_TENSOR_O], b[CASTLE_TENSOR_LSE], copy, b[CASTLE_TENSOR_DQC],
+                                         b[CASTLE_TENSOR_DKC], b[CASTLE_TENSOR_DVC], q, 0, NULL,
+                                         NULL) == CASTLE_SUCCESS,
+                  "backward, ignored fields: %s", castle_last_error());
+    for (int t = CASTLE_TENSOR_DQC, k = 0; t <= CASTLE_TENSOR_DVC; k += (int)x.span[t], ++t) {
+        float *g = malloc(x.span[t] * sizeof(float));
+        ck_assert(g && clEnqueueReadBuffer(q, b[t], CL_TRUE, 0, x.span[t] * sizeof(float), g, 0, NULL, NULL) ==
+                           CL_SUCCESS);
+        ck_assert_msg(!memcmp(g, grads[1] + k, x.span[t] * sizeof(float)),
+                      "backward, ignored fields: gradient %d differs", t);
+        free(g);
+    }
+    float *o_plain = io_out(&x, &c, CASTLE_TENSOR_O), *l_plain = io_out(&x, &c, CASTLE_TENSOR_LSE);
+    ck_assert_msg(castle_causal_forward(cx, &odd, b[CASTLE_TENSOR_QC], b[CASTLE_TENSOR_KC], b[CASTLE_TENSOR_VC],
+                                        b[CASTLE_TENSOR_O], b[CASTLE_TENSOR_LSE], q, 0, NULL, NULL) == CASTLE_SUCCESS,
+                  "forward, ignored fields: %s", castle_last_error());
+    float *o_odd = io_out(&x, &c, CASTLE_TENSOR_O), *l_odd = io_out(&x, &c, CASTLE_TENSOR_LSE);
+    ck_assert(!memcmp(o_plain, o_odd, c.B * c.H * c.L * c.d * sizeof(float)));
+    ck_assert(!memcmp(l_plain, l_odd, c.B * c.H * c.L * sizeof(float)));
+    free(o_plain), free(l_plain), free(o_odd), free(l_odd);
+    /* castle_kv_cache_create uses neither window, scale nor layouts */
+    odd.scale = -1.0f;
+    castle_kv_cache *kc = NULL;
+    ck_assert_msg(castle_kv_cache_create(cx, &odd, &kc) == CASTLE_SUCCESS, "%s", castle_last_error());
+    castle_kv_cache_destroy(kc);
 #undef BWD
     free(grads[0]);
     free(grads[1]);

@@ -717,6 +717,14 @@ START_TEST(test_api)
     check_status(castle_cache_create(ctx, &desc, &cache), CASTLE_ERR_ZERO_SIZE, "head_dim 0");
     ck_assert(cache == NULL);
     desc.head_dim = 16;
+    {   /* the layouts are not used (castle.h): a bad one is not checked (it was: BAD_STRIDE) */
+        castle_attention_desc odd = desc;
+        odd.layout[CASTLE_TENSOR_DVC] = (castle_layout){1, 1, 16};
+        odd.layout[CASTLE_TENSOR_QU] = (castle_layout){0, 0, 1};
+        check_status(castle_cache_create(ctx, &odd, &cache), CASTLE_SUCCESS, "create, layouts unused");
+        castle_cache_destroy(cache);
+        cache = NULL;
+    }
     for (long W = 0; W <= 1; ++W) {
         desc.window = W ? 10 : 0;
         check_status(castle_cache_create(ctx, &desc, &cache), CASTLE_SUCCESS, "create");

@@ -966,6 +966,29 @@ START_TEST(test_queue_other_context)
 }
 END_TEST
 
+/* An event of another context in the wait list: refused before anything is enqueued (PoCL took one
+   and the call ran without waiting for it; an event never completed then hung the queue). */
+START_TEST(test_wait_list_other_context)
+{
+    fx f;
+    fx_setup(&f);
+    cl_context c2 = other_context(&f);
+    cl_int err = CL_SUCCESS;
+    cl_event foreign = clCreateUserEvent(c2, &err);
+    ck_assert_msg(foreign != NULL, "clCreateUserEvent: %d", (int)err);
+    const cl_event list[1] = {foreign};
+    fwd_args a = fx_args(&f);
+    a.nwait = 1;
+    a.wait = list;
+    expect_reject(&f, &a, CASTLE_ERR_WAIT_LIST, "wait_events[0] belongs to another OpenCL context",
+                  "an event of another cl_context");
+    ck_assert(clSetUserEventStatus(foreign, CL_COMPLETE) == CL_SUCCESS);
+    clReleaseEvent(foreign);
+    clReleaseContext(c2);
+    fx_teardown(&f);
+}
+END_TEST
+
 START_TEST(test_buffer_other_context)
 {
     fx f;
@@ -1837,6 +1860,7 @@ Suite *errors_suite(void)
     tcase_add_test(tc, test_workspace_too_small);
     tcase_add_test(tc, test_wait_list);
     tcase_add_test(tc, test_queue_other_context);
+    tcase_add_test(tc, test_wait_list_other_context);
     tcase_add_loop_test(tc, test_buffer_other_context, 0, NBUF);
     tcase_add_test(tc, test_output_aliases);
     tcase_add_test(tc, test_subbuffer_overlap);

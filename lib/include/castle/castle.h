@@ -74,7 +74,8 @@ typedef enum castle_status {
     CASTLE_ERR_BAD_STRIDE = -3011,         /* a row stride < d, or output rows/heads/batches overlap */
     CASTLE_ERR_BUFFER_TOO_SMALL = -3012,   /* a tensor buffer is smaller than its layout needs */
     CASTLE_ERR_WORKSPACE_TOO_SMALL = -3013,/* workspace smaller than castle_forward_workspace_size() */
-    CASTLE_ERR_WAIT_LIST = -3014,          /* wait-list count without a list, or a list with count 0 */
+    CASTLE_ERR_WAIT_LIST = -3014,          /* wait-list count without a list, a list with count 0, a NULL event,
+                                              or an event of another OpenCL context */
     CASTLE_ERR_QUEUE_MISMATCH = -3015,     /* the queue belongs to another context or device */
     CASTLE_ERR_BUILD_FAILED = -3016,       /* a kernel failed to compile: see castle_build_log() */
     CASTLE_ERR_NO_DEVICE = -3017,          /* no OpenCL platform/device matches the request */
@@ -243,7 +244,10 @@ CASTLE_API castle_status castle_tuning_file(char *path, size_t size);
 CASTLE_API const char *castle_context_tuning_name(const castle_context *ctx);
 /* Validates against the device and installs (struct_size must be sizeof(castle_tuning), else
    CASTLE_ERR_DESC_VERSION).  Workspaces are sized by the block: a workspace sized
-   under one tuning must not be used under another. */
+   under one tuning must not be used under another.  A context keeps every kernel program it builds
+   (one per kernel family, tuning and head-dimension class) until it is destroyed, at most 48: a
+   call that needs one more fails with CASTLE_ERR_INVALID_ARGUMENT ("more than 48 kernel programs");
+   a search over many tunings uses a context per candidate (as castle-tune does). */
 CASTLE_API castle_status castle_context_set_tuning(castle_context *ctx, const castle_tuning *tuning);
 
 /* ---- Attention descriptor ---------------------------------------------------------------- */
