@@ -10,6 +10,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "bincache.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,38 @@
 #include <unistd.h>
 
 #define MAGIC "CASTLEBIN2"
+
+FILE *castle__open_regular(const char *path, size_t max, size_t *size, const char **why)
+{
+    const char *dummy;
+    why = why ? why : &dummy;
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY); /* a FIFO's open would wait for a writer */
+    if (fd < 0) {
+        *why = strerror(errno);
+        return NULL;
+    }
+    struct stat st;
+    FILE *f = NULL;
+    int e = 0;
+    if (fstat(fd, &st) != 0)
+        *why = strerror(e = errno);
+    else if (S_ISDIR(st.st_mode))
+        *why = "it is a directory", e = EISDIR;
+    else if (!S_ISREG(st.st_mode))
+        *why = "it is not a regular file", e = EINVAL;
+    else if (st.st_size < 0 || (unsigned long long)st.st_size > max)
+        *why = "it is larger than the library reads", e = EFBIG;
+    else if (!(f = fdopen(fd, "rb")))
+        *why = strerror(e = errno);
+    if (!f) {
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    if (size)
+        *size = (size_t)st.st_size;
+    return f;
+}
 
 /* FNV-1a: each step is a bijection of h for a fixed byte, so inputs that differ in one byte
    always hash differently. */
@@ -86,9 +120,14 @@ bool castle__bincache_load(const char *const *parts, int nparts, unsigned char *
     char path[4200];
     if (!entry_path(parts, nparts, path, sizeof path))
         return false;
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    FILE *f = castle__open_regular(path, (size_t)1 << 31, NULL, NULL);
+    if (!f) {
+        /* anything else at this path (a directory left empty, a FIFO) goes, so that the entry can be
+           stored again; a missing file is the usual miss */
+        if (errno != ENOENT)
+            remove(path);
         return false;
+    }
     char magic[sizeof MAGIC];
     uint64_t hash = 0, size = 0, sum = 0;
     bool ok = fread(magic, 1, sizeof magic, f) == sizeof magic && !memcmp(magic, MAGIC, sizeof magic) &&

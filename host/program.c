@@ -10,6 +10,8 @@
 
 #include <errno.h>
 #include <stdio.h>
+/* The largest kernel source file CASTLE_CL_DIR may hold (the library's own are under 100 KiB). */
+#define CASTLE_CL_SOURCE_MAX ((size_t)16 << 20)
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,13 +44,13 @@ static castle_status load_source(const char *name, char **out)
         char path[4096];
         if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
             return castle__fail(CASTLE_ERR_BUILD_FAILED, "CASTLE_CL_DIR is longer than %zu bytes", sizeof path);
-        errno = 0;
-        FILE *f = fopen(path, "rb");
-        char *buf = NULL;
-        long n = -1;
-        bool ok = f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-                  (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n;
-        const int e = errno;
+        const char *why = "read error";
+        size_t n = 0;
+        FILE *f = castle__open_regular(path, CASTLE_CL_SOURCE_MAX, &n, &why);
+        char *buf = f ? malloc(n + 1) : NULL;
+        if (f && !buf)
+            why = "out of host memory";
+        const bool ok = buf && fread(buf, 1, n, f) == n;
         if (f)
             fclose(f);
         if (!ok) {
@@ -56,7 +58,7 @@ static castle_status load_source(const char *name, char **out)
             return castle__fail(CASTLE_ERR_BUILD_FAILED,
                                 "CASTLE_CL_DIR is set but %s cannot be read (%s); unset it to use the embedded "
                                 "kernels",
-                                path, e ? strerror(e) : "read error");
+                                path, why);
         }
         buf[n] = '\0';
         *out = buf;

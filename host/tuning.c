@@ -5,6 +5,7 @@
 #include "tuning.h"
 #include "error.h"
 #include "program.h"
+#include "bincache.h" /* castle__open_regular */
 #include "local_memory.h"
 
 #include <fcntl.h>
@@ -363,16 +364,7 @@ bool castle__tuning_file_path(char *buf, size_t n)
    FIFO, a device (/dev/zero) or a directory is not read (and opening does not block). */
 static FILE *open_tuning_file(const char *path)
 {
-    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0)
-        return NULL;
-    struct stat st;
-    FILE *f = NULL;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= CASTLE__TUNING_FILE_MAX)
-        f = fdopen(fd, "r");
-    if (!f)
-        close(fd);
-    return f;
+    return castle__open_regular(path, CASTLE__TUNING_FILE_MAX, NULL, NULL);
 }
 
 /* The tuning file's entry for this device and driver, if there is a valid one.  Lines:

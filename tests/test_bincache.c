@@ -1,7 +1,8 @@
 /* The on-disk program-binary cache (host/bincache.c, host/program.c): a second process loads
    instead of compiling; a damaged entry (any byte flipped, truncated, extended) is never handed to
    the driver but deleted and rebuilt, with outputs bitwise those of a clean build; a well-formed
-   entry the driver cannot make kernels from is rebuilt too; a build from source prints no compiler
+   entry the driver cannot make kernels from is rebuilt too, and so is a FIFO or a directory in an
+   entry's place (never opened for reading); a build from source prints no compiler
    warning count (host/program.h, CASTLE_BUILD_QUIET); concurrent stores from many threads
    never mix; an unusable cache is skipped silently; CASTLE_CACHE_DIR=off disables it.
 
@@ -348,10 +349,12 @@ static void remove_clean(void)
         fprintf(stderr, "could not remove %s\n", g_work);
 }
 
-/* Installs `entry` (n bytes) as the cache's only entry under the clean entry's name, then: a run
-   must not load it, must give the clean outputs bitwise, and must leave an entry that the next run
-   loads, with the clean outputs again. */
-static void expect_rebuilt(const unsigned char *entry, size_t n, const char *what)
+enum { AS_FILE, AS_FIFO, AS_DIR };
+
+/* Installs `entry` (n bytes) as the cache's only entry under the clean entry's name (or, by `kind`,
+   a FIFO or an empty directory there), then: a run must not load it, must give the clean outputs
+   bitwise, and must leave an entry that the next run loads, with the clean outputs again. */
+static void expect_rebuilt_kind(const unsigned char *entry, size_t n, int kind, const char *what)
 {
     setenv("POCL_CACHE_DIR", g_pocl, 1);
     fresh_dir();
@@ -360,7 +363,12 @@ static void expect_rebuilt(const unsigned char *entry, size_t n, const char *wha
     the_entry(clean_path, name, sizeof name);
     char path[600];
     path_in(path, sizeof path, g_dir, strrchr(name, '/') + 1);
-    write_all(path, entry, n);
+    if (kind == AS_FIFO)
+        ck_assert_msg(mkfifo(path, 0600) == 0, "mkfifo %s", path);
+    else if (kind == AS_DIR)
+        ck_assert_msg(mkdir(path, 0700) == 0, "mkdir %s", path);
+    else
+        write_all(path, entry, n);
     size_t nref;
     path_in(clean_path, sizeof clean_path, g_work, "clean.f32");
     float *ref = (float *)read_all(clean_path, &nref);
@@ -384,6 +392,20 @@ static void expect_rebuilt(const unsigned char *entry, size_t n, const char *wha
     free(ref);
     remove_dir(g_dir);
 }
+
+static void expect_rebuilt(const unsigned char *entry, size_t n, const char *what)
+{
+    expect_rebuilt_kind(entry, n, AS_FILE, what);
+}
+
+/* Not a file at an entry's path: a FIFO (whose open waited for a writer: the run hung) or an empty
+   directory.  Neither is read; it is removed and a good entry stored in its place. */
+START_TEST(test_not_a_file_is_replaced)
+{
+    expect_rebuilt_kind(NULL, 0, _i ? AS_DIR : AS_FIFO, _i ? "an empty directory at the entry's path"
+                                                           : "a FIFO at the entry's path");
+}
+END_TEST
 
 enum { FLIPS = 40 };
 
@@ -515,6 +537,7 @@ int main(void)
     tcase_add_unchecked_fixture(damaged, make_clean, remove_clean);
     tcase_add_loop_test(damaged, test_damaged_entry_is_rebuilt, 0, FLIPS + 4);
     tcase_add_test(damaged, test_rejected_binary_is_rebuilt);
+    tcase_add_loop_test(damaged, test_not_a_file_is_replaced, 0, 2);
     suite_add_tcase(s, damaged);
     TCase *tc = tcase_create("cache");
     tcase_set_timeout(tc, 300);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h> /* mkfifo, mkdir */
 #include <unistd.h>
 
 #define SENTINEL 777.25f
@@ -1780,23 +1781,31 @@ START_TEST(test_build_failure)
 END_TEST
 
 /* CASTLE_CL_DIR naming a folder without the kernel sources (missing, empty, or lacking the
-   family's file) is reported, never replaced silently by the embedded kernels: BUILD_FAILED, a
-   message naming the variable and the file, the same text in castle_build_log(). */
+   family's file, or holding a FIFO or a directory in its place) is reported, never replaced
+   silently by the embedded kernels: BUILD_FAILED, a message naming the variable and the file (and
+   what it is instead of a file), the same text in castle_build_log().  A FIFO is not opened for
+   reading (the open waited for a writer: the call hung). */
 START_TEST(test_cl_dir_unreadable)
 {
     const char *tmp = getenv("TMPDIR");
-    char dir[512], path[600], path2[600];
+    char dir[512], path[600], path2[600], path3[600];
     snprintf(dir, sizeof dir, "%s/castle_cldir_XXXXXX", tmp && *tmp ? tmp : "/tmp");
     ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp(%s) failed", dir);
     const char *mention = "common.cl";
     if (_i == 0) { /* missing */
         rmdir(dir);
-    } else if (_i == 2) { /* common.cl and local_memory.h only */
+    } else if (_i >= 2) { /* common.cl and local_memory.h; forward.cl missing, a FIFO, a directory */
         snprintf(path, sizeof path, "%s/common.cl", dir);
         write_file(path, "\n", 1);
         snprintf(path2, sizeof path2, "%s/local_memory.h", dir);
         write_file(path2, "\n", 1);
-        mention = "forward.cl";
+        snprintf(path3, sizeof path3, "%s/forward.cl", dir);
+        mention = _i == 2 ? "forward.cl" : _i == 3 ? "forward.cl cannot be read (it is not a regular file)"
+                                                   : "forward.cl cannot be read (it is a directory)";
+        if (_i == 3)
+            ck_assert(mkfifo(path3, 0600) == 0);
+        else if (_i == 4)
+            ck_assert(mkdir(path3, 0700) == 0);
     }
     char *saved_dir = env_save("CASTLE_CL_DIR"), *saved_cache = env_save("CASTLE_CACHE_DIR");
     setenv("CASTLE_CL_DIR", dir, 1);
@@ -1806,7 +1815,8 @@ START_TEST(test_cl_dir_unreadable)
     fx_setup_on(&f, ctx, 2, 2, 40, 8, false);
     fwd_args a = fx_args(&f);
     static const char *const what[] = {"a missing CASTLE_CL_DIR", "an empty CASTLE_CL_DIR",
-                                       "a CASTLE_CL_DIR without forward.cl"};
+                                       "a CASTLE_CL_DIR without forward.cl", "forward.cl a FIFO",
+                                       "forward.cl a directory"};
     expect_reject(&f, &a, CASTLE_ERR_BUILD_FAILED, mention, what[_i]);
     check_message(CASTLE_ERR_BUILD_FAILED, "CASTLE_CL_DIR", what[_i]);
     ck_assert_msg(strstr(castle_build_log(ctx), "CASTLE_CL_DIR") && strstr(castle_build_log(ctx), mention),
@@ -1816,9 +1826,10 @@ START_TEST(test_cl_dir_unreadable)
     expect_success(&f, &a, "the same call after CASTLE_CL_DIR is restored");
     fx_teardown(&f);
     castle_context_destroy(ctx);
-    if (_i == 2) {
+    if (_i >= 2) {
         unlink(path);
         unlink(path2);
+        remove(path3);
     }
     rmdir(dir);
 }
@@ -1882,7 +1893,7 @@ Suite *errors_suite(void)
     tcase_add_test(tc, test_tuning_env_valid);
     add(s, "build", &tc);
     tcase_add_test(tc, test_build_failure);
-    tcase_add_loop_test(tc, test_cl_dir_unreadable, 0, 3);
+    tcase_add_loop_test(tc, test_cl_dir_unreadable, 0, 5);
     return s;
 }
 

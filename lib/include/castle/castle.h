@@ -123,7 +123,8 @@ CASTLE_API cl_context castle_context_cl_context(const castle_context *ctx);
 
 /* The compiler log of the most recent kernel build on this context ("" if none).  After
    CASTLE_ERR_BUILD_FAILED it holds the failing build's log (or why the source could not be read).
-   The kernels are built with -w, so a successful build's log is usually empty.
+   The kernels are built with -w, so a successful build's log is usually empty; a program loaded
+   from the on-disk cache logs "program binary loaded from the on-disk cache; nothing compiled".
    The string stays valid until castle_context_destroy, even while other threads build. */
 CASTLE_API const char *castle_build_log(const castle_context *ctx);
 
