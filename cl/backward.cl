@@ -239,10 +239,11 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 const int rr = MT_EROW(row0, e), cv = MT_ECOL(col0, e);
                 const vfloat gg = castle_gate_v(g[m][e], sc, s0 + rr, (float)(t0 + cv) + lane, L, W);
                 g[m][e] = gv[m][e]; /* dG so far; G is read back from sG where dZ needs it */
+                gv[m][e] = gg;      /* gv is spent: the tile of G, for its k-major copy */
                 VSTORE(gg, sG + rr * BLK + cv);
-                store_column(sGt, cv, rr, gg);
                 VSTORE(GVLOAD(X + rr * BLK + cv), sY + rr * BLK + cv); /* rows t, columns j' */
             }
+            store_tile_t(sGt, row0, col0, gv[m]);
         }
 #if !MT_AM_ROWS /* else Y is read row-major (MT_AM) */
     if (gate) { /* Yt: the forward's X^T, stored after X */
@@ -299,8 +300,9 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                             gstore_part(hi, Whi + off, n);
                             gstore_part(lo, Wlo + off, n);
                         }
-                        store_column(B6, cv, rr, hi);
+                        dv[e] = hi; /* dv[e] is spent: the tile of D_j^(k), for its k-major copy */
                     }
+                    store_tile_t(B6, row0, c + col0, dv); /* a tile's rows in one store per column */
                 }
         /* global fence too: phase D1 reads W rows other work-items wrote */
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
@@ -559,9 +561,10 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
                 const vfloat dz = select((vfloat)(0.0f), g[m][e] * gg * ((vfloat)(1.0f) - gg),
                                          isnotequal(gg, (vfloat)(0.0f)));
                 VSTORE(dz, sdZ + rr * BLK + cv);
-                if (!MT_AM_ROWS)
-                    store_column(sdZt, cv, rr, dz);
+                g[m][e] = dz; /* dG is spent: the tile of dZ, for its k-major copy */
             }
+            if (!MT_AM_ROWS)
+                store_tile_t(sdZt, row0, col0, g[m]);
         }
     barrier(CLK_LOCAL_MEM_FENCE);
 

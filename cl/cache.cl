@@ -142,9 +142,10 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
                 const vfloat g = castle_gate_v(gl[m][e], sc, s0 + rr, (float)(j0 + cv) + lane, P, W);
                 if (MT_AM_ROWS)
                     VSTORE(g, sG + rr * BLK + cv);
-                else
-                    store_column(sGt, cv, rr, g);
+                gl[m][e] = g; /* the logits are spent: the tile of G, for its k-major copy */
             }
+            if (!MT_AM_ROWS)
+                store_tile_t(sGt, row0, col0, gl[m]);
         }
         /* Row s0 + r takes the keys j0 + kk with s0 + r < j0 + kk <= s0 + r + W: r + lo <= kk < r + hi
            (hi bounded by BLK: no int overflow for any W). */
