@@ -10,10 +10,11 @@
 
 #include <errno.h>
 #include <stdio.h>
-/* The largest kernel source file CASTLE_CL_DIR may hold (the library's own are under 100 KiB). */
-#define CASTLE_CL_SOURCE_MAX ((size_t)16 << 20)
 #include <stdlib.h>
 #include <string.h>
+
+/* The largest kernel source file CASTLE_CL_DIR may hold (the library's own are under 100 KiB). */
+#define CASTLE_CL_SOURCE_MAX ((size_t)16 << 20)
 
 /* What distinguishes the families, declared once: the kernel file, the shape the kernels run under
    (castle__family_tuning), whether accum = 2 builds them per head-dimension class
