@@ -122,27 +122,6 @@ static bool parse_list(const char *s, size_t *out, int *n)
     return *n > 0;
 }
 
-static bool parse_names(const char *s, const char *const *names, int count, bool *sel)
-{
-    char buf[256];
-    if (strlen(s) >= sizeof buf)
-        return false;
-    strcpy(buf, s);
-    memset(sel, 0, (size_t)count * sizeof(bool));
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        int k = 0;
-        while (k < count && strcmp(tok, names[k]))
-            ++k;
-        if (k == count)
-            return false;
-        sel[k] = true;
-    }
-    for (int k = 0; k < count; ++k) /* at least one name: a run that measures nothing is a mistake */
-        if (sel[k])
-            return true;
-    return false;
-}
-
 static int parse_args(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
@@ -198,11 +177,11 @@ static int parse_args(int argc, char **argv, options *o)
             o->device = v;
             break;
         case O_OPS:
-            if (!parse_names(v, op_names, NOPS, o->ops))
+            if (!tool_parse_names(v, op_names, NOPS, o->ops, NULL, 0))
                 return fail_usage("--ops takes forward,backward,prefill,decode; got", v);
             break;
         case O_IMPLS:
-            if (!parse_names(v, impl_names, NIMPLS, o->impls))
+            if (!tool_parse_names(v, impl_names, NIMPLS, o->impls, NULL, 0))
                 return fail_usage("--impls takes castle,swl,causal; got", v);
             break;
         case O_L:

@@ -89,24 +89,12 @@ static int parse_args(int argc, char **argv, options *o)
             o->verbose = true;
             break;
         case O_OPS: {
-            char buf[256];
-            if (strlen(optarg) >= sizeof buf)
-                return usage_error("--ops is too long:", optarg);
-            strcpy(buf, optarg);
-            memset(o->ops, 0, sizeof o->ops);
-            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                int k = 0;
-                while (k < CONF_NOPS && strcmp(tok, conf_op_names[k]))
-                    ++k;
-                if (k == CONF_NOPS)
-                    return usage_error("unknown operation in --ops:", tok);
-                o->ops[k] = true;
-            }
-            bool any = false;
-            for (int k = 0; k < CONF_NOPS; ++k)
-                any |= o->ops[k];
-            if (!any) /* a run that checks nothing must not pass */
-                return usage_error("--ops names no operation:", optarg);
+            char bad[256];
+            if (!tool_parse_names(optarg, conf_op_names, CONF_NOPS, o->ops, bad, sizeof bad))
+                return bad[0] ? usage_error("unknown operation in --ops:", bad)
+                       : strlen(optarg) >= 256 ? usage_error("--ops is too long:", optarg)
+                                               /* a run that checks nothing must not pass */
+                                               : usage_error("--ops names no operation:", optarg);
             break;
         }
         case ':':

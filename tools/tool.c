@@ -157,3 +157,27 @@ castle_status tool_time(cl_command_queue q, tool_run_fn fn, void *state, long wa
     free(wall);
     return st;
 }
+
+bool tool_parse_names(const char *s, const char *const *names, int count, bool *sel, char *bad, size_t nbad)
+{
+    char buf[256];
+    if (nbad)
+        bad[0] = '\0';
+    if (strlen(s) >= sizeof buf)
+        return false;
+    strcpy(buf, s);
+    memset(sel, 0, (size_t)count * sizeof(bool));
+    bool any = false;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int k = 0;
+        while (k < count && strcmp(tok, names[k]))
+            ++k;
+        if (k == count) {
+            if (nbad)
+                snprintf(bad, nbad, "%s", tok);
+            return false;
+        }
+        sel[k] = any = true;
+    }
+    return any;
+}

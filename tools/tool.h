@@ -1,4 +1,5 @@
-/* What the libcastle tools share: opening the device and timing an operation.
+/* What the libcastle tools share: opening the device, parsing a list of names, and timing an
+ * operation.
  *
  * Timing: one profiled-median timer.  Each timed run is enqueued after a marker; its time is the
  * device time from the marker's start to the end of the run's last event (OpenCL profiling), so
@@ -63,5 +64,11 @@ double tool_now_ms(void);
    gives none: an error or a zero timestamp.  (Mesa's rusticl 22.3 reports zero for
    CL_PROFILING_COMMAND_QUEUED and small counters, not nanoseconds, for the others.) */
 bool tool_device_clock(cl_event start, cl_event end, cl_ulong *t0, cl_ulong *t1);
+
+/* A comma list of names, each one of names[0 .. count), into sel (sel[k]: names[k] is listed).
+   False, with sel unspecified, for a list of 256 characters or more, an unknown name (copied into
+   bad, at most nbad - 1 characters; bad is "" otherwise) or a list that names nothing (an option
+   that would select no work is a mistake). */
+bool tool_parse_names(const char *s, const char *const *names, int count, bool *sel, char *bad, size_t nbad);
 
 #endif
