@@ -284,9 +284,10 @@ static castle_status make_program(castle_context *ctx, castle_family f, const ca
     return st;
 }
 
+_Static_assert(CASTLE_MAX_PROGRAMS == 48, "castle.h (castle_context_set_tuning) documents 48 programs a context");
+
 /* Index of the program of family f under the current tuning for head dim d, building it on first
    use. */
-_Static_assert(CASTLE_MAX_PROGRAMS == 48, "castle.h (castle_context_set_tuning) documents 48 programs a context");
 static castle_status get_program(castle_context *ctx, castle_family f, size_t d, int *index)
 {
     const int dclass = castle__head_dim_class(f, &ctx->tuning, d);

@@ -8,14 +8,11 @@
 #include "bincache.h" /* castle__open_regular */
 #include "local_memory.h"
 
-#include <fcntl.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 const castle_tuning_param castle__tuning_params[] = {
 #define CASTLE_PARAM_(field, macro, lo, hi, flags, help) {#field, macro, offsetof(castle_tuning, field), lo, hi, flags},
@@ -360,13 +357,6 @@ bool castle__tuning_file_path(char *buf, size_t n)
     return w > 0 && (size_t)w < n;
 }
 
-/* Opens path for reading only if it is a regular file of at most CASTLE__TUNING_FILE_MAX bytes: a
-   FIFO, a device (/dev/zero) or a directory is not read (and opening does not block). */
-static FILE *open_tuning_file(const char *path)
-{
-    return castle__open_regular(path, CASTLE__TUNING_FILE_MAX, NULL, NULL);
-}
-
 /* The tuning file's entry for this device and driver, if there is a valid one.  Lines:
    "<device name>\t<driver version>\tblock=..,threads=..,..."; '#' starts a comment.  An unreadable
    file, an overlong line or a malformed or unfitting entry is ignored; at most
@@ -376,7 +366,8 @@ static bool from_file(const castle_device_info *info, castle_tuning *out)
     char path[4096], line[1024];
     if (!castle__tuning_file_path(path, sizeof path))
         return false;
-    FILE *f = open_tuning_file(path);
+    /* a regular file only: a FIFO, a device (/dev/zero) or a directory is not read, nor waited on */
+    FILE *f = castle__open_regular(path, CASTLE__TUNING_FILE_MAX, NULL, NULL);
     if (!f)
         return false;
     bool found = false;

@@ -354,7 +354,7 @@ enum { AS_FILE, AS_FIFO, AS_DIR };
 /* Installs `entry` (n bytes) as the cache's only entry under the clean entry's name (or, by `kind`,
    a FIFO or an empty directory there), then: a run must not load it, must give the clean outputs
    bitwise, and must leave an entry that the next run loads, with the clean outputs again. */
-static void expect_rebuilt_kind(const unsigned char *entry, size_t n, int kind, const char *what)
+static void expect_rebuilt(const unsigned char *entry, size_t n, int kind, const char *what)
 {
     setenv("POCL_CACHE_DIR", g_pocl, 1);
     fresh_dir();
@@ -393,16 +393,11 @@ static void expect_rebuilt_kind(const unsigned char *entry, size_t n, int kind, 
     remove_dir(g_dir);
 }
 
-static void expect_rebuilt(const unsigned char *entry, size_t n, const char *what)
-{
-    expect_rebuilt_kind(entry, n, AS_FILE, what);
-}
-
 /* Not a file at an entry's path: a FIFO (whose open waited for a writer: the run hung) or an empty
    directory.  Neither is read; it is removed and a good entry stored in its place. */
 START_TEST(test_not_a_file_is_replaced)
 {
-    expect_rebuilt_kind(NULL, 0, _i ? AS_DIR : AS_FIFO, _i ? "an empty directory at the entry's path"
+    expect_rebuilt(NULL, 0, _i ? AS_DIR : AS_FIFO, _i ? "an empty directory at the entry's path"
                                                            : "a FIFO at the entry's path");
 }
 END_TEST
@@ -427,17 +422,17 @@ START_TEST(test_damaged_entry_is_rebuilt)
                                     : HEADER + (n - 1 - HEADER) * (size_t)(_i - 5) / (FLIPS - 6);
         e[off] ^= 0xff;
         snprintf(what, sizeof what, "byte %zu of %zu flipped", off, n);
-        expect_rebuilt(e, n, what);
+        expect_rebuilt(e, n, AS_FILE, what);
     } else if (_i < FLIPS + 3) {
         static const double keep[] = {0.0, 0.5, 0.999};
         const size_t cut = (size_t)(HEADER + (n - HEADER) * keep[_i - FLIPS]);
         snprintf(what, sizeof what, "cut to %zu of %zu bytes", cut, n);
-        expect_rebuilt(e, cut, what);
+        expect_rebuilt(e, cut, AS_FILE, what);
     } else {
         e = realloc(e, n + 1);
         e[n] = 0;
         snprintf(what, sizeof what, "one byte appended to %zu", n);
-        expect_rebuilt(e, n + 1, what);
+        expect_rebuilt(e, n + 1, AS_FILE, what);
     }
     free(e);
 }
@@ -478,7 +473,7 @@ START_TEST(test_rejected_binary_is_rebuilt)
     memcpy(e + OFF_SIZE, &size, sizeof size);
     memcpy(e + OFF_SUM, &sum, sizeof sum);
     memcpy(e + HEADER, payload, len);
-    expect_rebuilt(e, HEADER + len, "a valid binary of a program without the forward's kernels");
+    expect_rebuilt(e, HEADER + len, AS_FILE, "a valid binary of a program without the forward's kernels");
     free(e);
     free(payload);
     free(clean);

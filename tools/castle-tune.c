@@ -77,9 +77,9 @@ static int bad_usage(const char *msg, const char *arg)
     return 2;
 }
 
-/* A positive integer option value (at most 1000000) into *x; false when v is anything else. */
 _Static_assert(CASTLE_MAX_HEAD_DIM == 256, "castle-tune's --d message and --help name 256");
 
+/* A positive integer option value (at most 1000000) into *x; false when v is anything else. */
 static bool parse_count(const char *v, unsigned long long *x)
 {
     char *end;
