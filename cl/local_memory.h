@@ -9,6 +9,8 @@
 #define CASTLE_LOCAL_MEMORY_H
 
 #define CASTLE_LM_MAX_(x, y) ((x) > (y) ? (x) : (y))
+#define CASTLE_LM_MIN_(x, y) ((x) < (y) ? (x) : (y))
+#define CASTLE_LM_UP_(x, c) (((x) + (c) - 1) / (c) * (c)) /* x rounded up to a multiple of c */
 
 /* cl/forward.cl.  Phase 1: five k-major tiles of c columns (QC, QU, KC, KU, and D or VU), row stride
    b + 4 (common.cl KS).  Phases 2-5: G^T, X^T and the scores (transposed), the per-row alpha and l,
@@ -30,17 +32,12 @@
    V need together, 3 D - c columns beside the chunk (D: dcls rounded up to c), and a backward
    staging area no wider than four d-wide tiles, 4 D (the _CLASS forms; at b = 32, class 64: the
    forward at c = 32 30 KiB instead of 42, the backward's two kernels at c = 16 6 KiB less). */
-#define CASTLE_LM_CAUSAL_TROWS(b, c, dmax) (4 * ((b) + (c)) < (dmax) ? 4 * ((b) + (c)) : (dmax))
+#define CASTLE_LM_CAUSAL_TROWS(b, c, dmax) CASTLE_LM_MIN_(4 * ((b) + (c)), dmax)
 #define CASTLE_LM_CAUSAL_TROWS_CLASS(b, c, dmax, dcls)                                                  \
-    (CASTLE_LM_CAUSAL_TROWS(b, c, dmax) < 3 * (((dcls) + (c) - 1) / (c) * (c)) - (c)                   \
-         ? CASTLE_LM_CAUSAL_TROWS(b, c, dmax)                                                          \
-         : 3 * (((dcls) + (c) - 1) / (c) * (c)) - (c))
-#define CASTLE_LM_CAUSAL_ST(b, c, dmax)                                                                \
-    (4 * (dmax) < 6 * (b) + 7 * (c) - 1 ? 4 * (dmax) : 6 * (b) + 7 * (c) - 1)
+    CASTLE_LM_MIN_(CASTLE_LM_CAUSAL_TROWS(b, c, dmax), 3 * CASTLE_LM_UP_(dcls, c) - (c))
+#define CASTLE_LM_CAUSAL_ST(b, c, dmax) CASTLE_LM_MIN_(4 * (dmax), 6 * (b) + 7 * (c) - 1)
 #define CASTLE_LM_CAUSAL_ST_CLASS(b, c, dmax, dcls)                                                    \
-    (CASTLE_LM_CAUSAL_ST(b, c, dmax) < 4 * (((dcls) + (c) - 1) / (c) * (c))                            \
-         ? CASTLE_LM_CAUSAL_ST(b, c, dmax)                                                             \
-         : 4 * (((dcls) + (c) - 1) / (c) * (c)))
+    CASTLE_LM_MIN_(CASTLE_LM_CAUSAL_ST(b, c, dmax), 4 * CASTLE_LM_UP_(dcls, c))
 #define CASTLE_LM_CAUSAL(b, c, dmax)                                                                   \
     ((b) * (CASTLE_LM_MAX_(CASTLE_LM_CAUSAL_TROWS(b, c, dmax) + (c), CASTLE_LM_CAUSAL_ST(b, c, dmax)) + 2 * (b) + 3))
 #define CASTLE_LM_CAUSAL_FORWARD(b, c, dmax) ((b) * (CASTLE_LM_CAUSAL_TROWS(b, c, dmax) + (c) + 2 * (b) + 3))
