@@ -19,6 +19,10 @@ hot=castle_forward_block,castle_forward_fold,castle_backward_block,castle_backwa
 hot=$hot,castle_causal_forward
 hot=$hot,castle_causal_backward_q,castle_causal_backward_kv,castle_causal_decode,castle_cache_decode_attend
 hot=$hot,castle_cache_prefill_u
+value_of() { # <family> <kernel> <column> <report>: the value of that column (regs, smem, ...) on the kernel's line
+    awk -v f="$1" -v k="$2" -v c="$3" '$1 == f && $2 == k { for (i = 3; i <= NF; ++i) if (index($i, c "=") == 1) {
+                                                              print substr($i, length(c) + 2); exit } }' <<<"$4"
+}
 widths() { # <kernel> <lds|ldg> <report>: the kernel's S V2 V4 counts of that column
     awk -v k="$1" -v f="$2" '$2 == k { for (i = 1; i <= NF; ++i) if (index($i, f "=") == 1) {
                                            split($i, a, /[=\/]/); print a[2], a[3], a[4]; exit } }' <<<"$3"
@@ -57,7 +61,7 @@ for class in 64 128; do
         for want in causal_forward:castle_causal_forward:31104 causal:castle_causal_backward_q:37120 \
             causal:castle_causal_backward_kv:41216 causal:castle_causal_decode:6272; do
             IFS=: read -r fam k most <<<"$want"
-            sm=$(awk -v f="$fam" -v k="$k" '$1 == f && $2 == k { sub(/^smem=/, "", $NF); print $NF }' <<<"$out")
+            sm=$(value_of "$fam" "$k" smem "$out")
             echo "$k ($fam): ${sm:-no} bytes of local memory"
             [ -n "$sm" ] && [ "$sm" -le "$most" ] ||
                 { echo "class 64: $k takes ${sm:-no} bytes of local memory, more than $most"; exit 1; }
@@ -93,10 +97,9 @@ echo "== the tuning's caps: fregs = 96, regs = 128 =="
 out=$(bash "$here/../tools/ptx-report.sh" "$1" --tuning "$(set_keys "$entry" regs=128 fregs=96)" \
     --no-stack castle_forward_block,castle_causal_forward,castle_backward_off)
 echo "$out"
-regs_of() { awk -v f="$1" -v k="$2" '$1 == f && $2 == k { sub(/regs=/, "", $5); print $5 }' <<<"$out"; }
 for fk in "forward castle_forward_block 96" "causal_forward castle_causal_forward 96" "backward castle_backward_off 128"; do
     read -r f k cap <<<"$fk"
-    r=$(regs_of "$f" "$k")
+    r=$(value_of "$f" "$k" regs "$out")
     [ -n "$r" ] && [ "$r" -le "$cap" ] || { echo "$f $k: ${r:-no} registers under a cap of $cap"; exit 1; }
 done
 # 4 x 4 tiles (tm = 4 for the forwards and the cache, btm = 4 for the backward; fewer work-items to
