@@ -46,10 +46,11 @@ def test_a_pyopencl_queue_of_its_own(rng):
 
 
 def test_views_that_need_a_copy(rng):
-    """A pyopencl view that the library cannot read in place (an offset into its buffer, or strides
-    that are not the library's) is copied once on the device's queue: a slice of tokens, every other
-    column, a head-major transpose.  pyopencl's own get() and copy() refuse such views, which once
-    made these calls fail with its AssertionError."""
+    """Non-contiguous pyopencl views give the results of the same arrays from NumPy: a slice of
+    tokens (an offset into its buffer) and every other column (a strided last axis), which the
+    library cannot read in place and which are copied once through the host, and a head-major
+    transpose, read in place.  pyopencl's own get() and copy() refuse non-contiguous arrays, which
+    once made the first two fail with its AssertionError."""
     dev = castle.default_device()
     q = dev.pyopencl_queue
     wide = six(rng, (1, 2, 24, 16))
