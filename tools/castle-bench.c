@@ -221,8 +221,8 @@ static int parse_args(int argc, char **argv, options *o)
     }
     if (optind < argc)
         return fail_usage("unexpected argument", argv[optind]);
-    if (!o->d || !o->batch || !o->heads)
-        return fail_usage("--d, --batch and --heads must be >= 1", "0");
+    if (!o->batch || !o->heads) /* --d's range is checked with its value */
+        return fail_usage("--batch and --heads must be >= 1", "0");
     if (!o->nt) {
         o->nt = o->nL;
         memcpy(o->t, o->L, sizeof o->t);
