@@ -132,7 +132,15 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
     cl_int err = CL_SUCCESS;
     cl_mem lens_tmp = new_buffer(ctx, c->B * sizeof(int), lens_host, &err);
     cl_mem ws = new_buffer(ctx, p->ws_forward_floats * sizeof(float), NULL, &err); /* a forward's part */
-    cl_mem lse_tmp = lse ? NULL : new_buffer(ctx, p->strides[CASTLE_TENSOR_LSE].s[3] * sizeof(float), NULL, &err);
+    /* Without lse the forward writes it into a packed temporary (the descriptor's LSE layout is
+       not checked then: castle.h). */
+    castle_problem pf = *p;
+    if (!lse) {
+        const size_t packed[4] = {p->H * p->L, p->L, 1, p->B * p->H * p->L};
+        for (int k = 0; k < 4; ++k)
+            pf.strides[CASTLE_TENSOR_LSE].s[k] = packed[k];
+    }
+    cl_mem lse_tmp = lse ? NULL : new_buffer(ctx, pf.strides[CASTLE_TENSOR_LSE].s[3] * sizeof(float), NULL, &err);
     free(lens_host);
     castle_chain ch;
     memset(&ch, 0, sizeof ch);
@@ -156,7 +164,7 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
         memcpy(fwd, bufs, sizeof fwd);
         if (!lse)
             fwd[CASTLE_TENSOR_LSE] = lse_tmp;
-        st = castle__schedule_forward(ctx, p, fwd, ws, queue, n, list, evp);
+        st = castle__schedule_forward(ctx, &pf, fwd, ws, queue, n, list, evp);
         castle__chain_done(&ch, false, CL_SUCCESS, ev, ""); /* keeps ev as the next command's dependency */
         if (st != CASTLE_SUCCESS)
             goto done;

@@ -79,7 +79,10 @@ static castle_status check_call(castle_context *ctx, const castle_cache *cache, 
                                 castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue,
                                 cl_uint nwait, const cl_event *wait, const char *fn, bool prefill)
 {
-    castle_status st = castle__check_desc(ctx, desc, p);
+    unsigned used = (1u << (CASTLE_TENSOR_O + 1)) - 1u; /* QU .. VC, O; lse is optional */
+    if (bufs[CASTLE_TENSOR_LSE])
+        used |= 1u << CASTLE_TENSOR_LSE;
+    castle_status st = castle__check_desc_for(ctx, desc, p, used, CASTLE_CHECK_WINDOW | CASTLE_CHECK_SCALE);
     if (st == CASTLE_SUCCESS && prefill)
         st = castle__check_castle_len(p, fn);
     if (st != CASTLE_SUCCESS)
@@ -90,9 +93,6 @@ static castle_status check_call(castle_context *ctx, const castle_cache *cache, 
         return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s: the cache belongs to another castle_context", fn);
     if ((st = castle__check_cache_desc(cache, desc, p)))
         return st;
-    unsigned used = (1u << (CASTLE_TENSOR_O + 1)) - 1u; /* QU .. VC, O; lse is optional */
-    if (bufs[CASTLE_TENSOR_LSE])
-        used |= 1u << CASTLE_TENSOR_LSE;
     /* the cache's buffers, which the call writes (U, the ring of qU, kC and vC): no tensor of the call
        may share them (castle_cache_buffer hands them out) */
     const castle_owned owned[] = {{cache->u, "the cache's U", 0, CASTLE_SUCCESS},

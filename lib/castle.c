@@ -74,7 +74,7 @@ castle_status castle_forward(castle_context *ctx, const castle_attention_desc *d
 {
     castle__clear_error();
     castle_problem p;
-    castle_status st = castle__check_desc(ctx, desc, &p);
+    castle_status st = castle__check_desc_for(ctx, desc, &p, FORWARD_TENSORS, CASTLE_CHECK_WINDOW | CASTLE_CHECK_SCALE);
     if (st == CASTLE_SUCCESS)
         st = castle__check_castle_len(&p, "castle_forward");
     if (st != CASTLE_SUCCESS)

@@ -7,7 +7,7 @@
 
 #define BIT(t) (1u << (t))
 /* q, k, v, o: every call; lse: required by the forward and backward passes, optional in prefill and
-   decode. */
+   decode.  A call checks the layouts of the tensors it takes, no others (castle.h). */
 #define QKVO (BIT(CASTLE_TENSOR_QC) | BIT(CASTLE_TENSOR_KC) | BIT(CASTLE_TENSOR_VC) | BIT(CASTLE_TENSOR_O))
 #define LSE BIT(CASTLE_TENSOR_LSE)
 #define GRADIENTS (BIT(CASTLE_TENSOR_DQC) | BIT(CASTLE_TENSOR_DKC) | BIT(CASTLE_TENSOR_DVC)) /* dq, dk, dv */
@@ -19,7 +19,7 @@ castle_status castle_causal_forward(castle_context *ctx, const castle_attention_
 {
     castle__clear_error();
     castle_problem p;
-    castle_status st = castle__check_desc_for(ctx, desc, &p, CASTLE_CAUSAL_LAYOUTS, CASTLE_CHECK_SCALE);
+    castle_status st = castle__check_desc_for(ctx, desc, &p, QKVO | LSE, CASTLE_CHECK_SCALE);
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {[CASTLE_TENSOR_QC] = q,
@@ -40,7 +40,7 @@ castle_status castle_causal_backward(castle_context *ctx, const castle_attention
 {
     castle__clear_error();
     castle_problem p;
-    castle_status st = castle__check_desc_for(ctx, desc, &p, CASTLE_CAUSAL_LAYOUTS, CASTLE_CHECK_SCALE);
+    castle_status st = castle__check_desc_for(ctx, desc, &p, BACKWARD_TENSORS, CASTLE_CHECK_SCALE);
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {
@@ -89,7 +89,8 @@ static castle_status append(castle_context *ctx, castle_kv_cache *cache, const c
 {
     castle__clear_error();
     castle_problem p;
-    castle_status st = castle__check_desc_for(ctx, desc, &p, CASTLE_CAUSAL_LAYOUTS, CASTLE_CHECK_SCALE);
+    const unsigned used = QKVO | (lse ? LSE : 0u);
+    castle_status st = castle__check_desc_for(ctx, desc, &p, used, CASTLE_CHECK_SCALE);
     if (st != CASTLE_SUCCESS)
         return st;
     if (!cache)
@@ -105,7 +106,7 @@ static castle_status append(castle_context *ctx, castle_kv_cache *cache, const c
     const castle_owned owned[] = {{cache->k, "the KV cache's keys", 0, CASTLE_SUCCESS},
                                   {cache->v, "the KV cache's values", 0, CASTLE_SUCCESS}};
     if ((st = castle__check_kv_cache_desc(cache, &p)) ||
-        (st = castle__check_call(ctx, &p, bufs, QKVO | (lse ? LSE : 0u), CASTLE_WRITES_O_LSE, owned, 2)) ||
+        (st = castle__check_call(ctx, &p, bufs, used, CASTLE_WRITES_O_LSE, owned, 2)) ||
         (st = castle__check_queue(ctx, queue, nwait, wait)))
         return st;
     if (prefill && cache->len > 0)

@@ -56,11 +56,6 @@ castle_status castle__check_desc(const castle_context *ctx, const castle_attenti
    it has CASTLE_CHECK_SCALE (else p->scale is 1/sqrt(d)).  Shape and sizes always. */
 enum { CASTLE_CHECK_WINDOW = 1, CASTLE_CHECK_SCALE = 2 };
 #define CASTLE_ALL_LAYOUTS ((1u << CASTLE_TENSOR_COUNT) - 1u)
-/* the tensors of the causal baseline (castle.h: q, k, v as QC, KC, VC; o, lse; d_o and its gradients) */
-#define CASTLE_CAUSAL_LAYOUTS                                                                            \
-    ((1u << CASTLE_TENSOR_QC) | (1u << CASTLE_TENSOR_KC) | (1u << CASTLE_TENSOR_VC) | (1u << CASTLE_TENSOR_O) | \
-     (1u << CASTLE_TENSOR_LSE) | (1u << CASTLE_TENSOR_DO) | (1u << CASTLE_TENSOR_DQC) |                     \
-     (1u << CASTLE_TENSOR_DKC) | (1u << CASTLE_TENSOR_DVC))
 castle_status castle__check_desc_for(const castle_context *ctx, const castle_attention_desc *desc, castle_problem *p,
                                      unsigned layouts, unsigned checks);
 /* CASTLE_ERR_SIZE_OVERFLOW when a checked problem has more than CASTLE_MAX_SEQ_LEN tokens: the CASTLE

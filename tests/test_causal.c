@@ -869,6 +869,9 @@ START_TEST(test_argument_errors)
         free(g);
     }
     float *o_plain = io_out(&x, &c, CASTLE_TENSOR_O), *l_plain = io_out(&x, &c, CASTLE_TENSOR_LSE);
+    /* nor the layouts of tensors a call does not take: the forward's gradients and d_o */
+    odd.layout[CASTLE_TENSOR_DO] = (castle_layout){1, 1, 1};
+    odd.layout[CASTLE_TENSOR_DQC] = (castle_layout){SIZE_MAX / 2, 0, c.d};
     ck_assert_msg(castle_causal_forward(cx, &odd, b[CASTLE_TENSOR_QC], b[CASTLE_TENSOR_KC], b[CASTLE_TENSOR_VC],
                                         b[CASTLE_TENSOR_O], b[CASTLE_TENSOR_LSE], q, 0, NULL, NULL) == CASTLE_SUCCESS,
                   "forward, ignored fields: %s", castle_last_error());
@@ -876,9 +879,25 @@ START_TEST(test_argument_errors)
     ck_assert(!memcmp(o_plain, o_odd, c.B * c.H * c.L * c.d * sizeof(float)));
     ck_assert(!memcmp(l_plain, l_odd, c.B * c.H * c.L * sizeof(float)));
     free(o_plain), free(l_plain), free(o_odd), free(l_odd);
+    /* a prefill without lse, whose LSE layout is then not taken either: its o bitwise the plain
+       descriptor's */
+    odd.layout[CASTLE_TENSOR_LSE] = (castle_layout){1, 1, 0};
+    float *o_pre[2];
+    castle_kv_cache *kc = NULL;
+    for (int r = 0; r < 2; ++r) {
+        ck_assert_msg(castle_kv_cache_create(cx, &x.desc, &kc) == CASTLE_SUCCESS, "%s", castle_last_error());
+        ck_assert_msg(castle_causal_prefill(cx, kc, r ? &odd : &x.desc, b[CASTLE_TENSOR_QC], b[CASTLE_TENSOR_KC],
+                                            b[CASTLE_TENSOR_VC], b[CASTLE_TENSOR_O], NULL, q, 0, NULL,
+                                            NULL) == CASTLE_SUCCESS,
+                      "prefill, ignored fields: %s", castle_last_error());
+        castle_kv_cache_destroy(kc);
+        o_pre[r] = io_out(&x, &c, CASTLE_TENSOR_O);
+    }
+    ck_assert(!memcmp(o_pre[0], o_pre[1], c.B * c.H * c.L * c.d * sizeof(float)));
+    free(o_pre[0]), free(o_pre[1]);
     /* castle_kv_cache_create uses neither window, scale nor layouts */
     odd.scale = -1.0f;
-    castle_kv_cache *kc = NULL;
+    kc = NULL;
     ck_assert_msg(castle_kv_cache_create(cx, &odd, &kc) == CASTLE_SUCCESS, "%s", castle_last_error());
     castle_kv_cache_destroy(kc);
 #undef BWD

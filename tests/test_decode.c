@@ -698,6 +698,38 @@ START_TEST(test_mismatch)
     ck_assert_msg(same_cache(&before, &after, &c), "prefill after a reset differs from the first prefill");
     cache_host_free(&before);
     cache_host_free(&after);
+    /* A call checks the layouts of the tensors it takes, no others (castle.h, castle_layout): with a
+       gradient's layout and, lse being NULL, LSE's made invalid, a prefill and a decode run and leave
+       the cache and o bitwise as under the plain descriptor (they were BAD_STRIDE, SIZE_OVERFLOW). */
+    castle_attention_desc odd = io.desc;
+    odd.layout[CASTLE_TENSOR_DO] = (castle_layout){1, 1, 1};
+    odd.layout[CASTLE_TENSOR_DQU] = (castle_layout){SIZE_MAX / 2, 0, 16};
+    odd.layout[CASTLE_TENSOR_LSE] = (castle_layout){1, 1, 0};
+    size_t obytes = 0;
+    ck_assert(clGetMemObjectInfo(conf_io_buf(&io, 6), CL_MEM_SIZE, sizeof obytes, &obytes, NULL) == CL_SUCCESS);
+    float *o_run[2];
+    for (int r = 0; r < 2; ++r) {
+        const castle_attention_desc *dr = r ? &odd : &io.desc;
+        ck_assert(castle_cache_reset(cache) == CASTLE_SUCCESS);
+        check_status(castle_prefill(ctx, cache, dr, NULL, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2),
+                                    conf_io_buf(&io, 3), conf_io_buf(&io, 4), conf_io_buf(&io, 5), conf_io_buf(&io, 6),
+                                    NULL, h_queue(), 0, NULL, NULL),
+                     CASTLE_SUCCESS, r ? "prefill, unused layouts invalid" : "prefill, plain descriptor");
+        check_status(castle_decode(ctx, cache, dr, conf_io_buf(&io, 0), conf_io_buf(&io, 1), conf_io_buf(&io, 2),
+                                   conf_io_buf(&io, 3), conf_io_buf(&io, 4), conf_io_buf(&io, 5), conf_io_buf(&io, 6),
+                                   NULL, h_queue(), 0, NULL, NULL),
+                     CASTLE_SUCCESS, r ? "decode, unused layouts invalid" : "decode, plain descriptor");
+        o_run[r] = malloc(obytes);
+        ck_assert(o_run[r] && clEnqueueReadBuffer(h_queue(), conf_io_buf(&io, 6), CL_TRUE, 0, obytes, o_run[r], 0, NULL,
+                                                  NULL) == CL_SUCCESS);
+        cache_read_all(cache, &c, r ? &after : &before);
+    }
+    ck_assert_msg(same_cache(&before, &after, &c), "unused layouts changed the cache");
+    ck_assert_msg(!memcmp(o_run[0], o_run[1], obytes), "unused layouts changed the decode's o");
+    free(o_run[0]);
+    free(o_run[1]);
+    cache_host_free(&before);
+    cache_host_free(&after);
     conf_io_free(&io);
     castle_cache_destroy(cache);
 }

@@ -287,7 +287,10 @@ typedef enum castle_tensor {
     CASTLE_TENSOR_COUNT
 } castle_tensor;
 
-/* Element strides.  All three zero means packed (B, H, L, d) (for LSE: packed (B, H, L)). */
+/* Element strides.  All three zero means packed (B, H, L, d) (for LSE: packed (B, H, L)).  A call
+   checks the layouts of the tensors it takes and no others (castle_forward: QU .. VC, O, LSE; the
+   causal calls: QC, KC, VC, O, LSE and their gradients; LSE only where the call is given an lse),
+   so a descriptor may leave the rest as they are. */
 typedef struct castle_layout {
     size_t batch_stride;
     size_t head_stride;
@@ -400,8 +403,10 @@ CASTLE_API castle_status castle_cache_buffer(const castle_cache *cache, castle_c
 /* Prefill of an empty cache (else CASTLE_ERR_CACHE_NOT_EMPTY) with a prompt of desc->seq_len = P
    tokens laid out by desc (batch, heads, head_dim, window and scale as the cache's, else
    CASTLE_ERR_SHAPE_MISMATCH).  prompt_lengths: NULL means every sequence has P tokens; otherwise
-   sequence b has prompt_lengths[b] <= P tokens (at most the capacity, else CASTLE_ERR_CACHE_FULL); its
-   later rows (padding) may hold anything, NaN and Inf included: they change no output of the first
+   sequence b has prompt_lengths[b] <= P tokens (else CASTLE_ERR_INVALID_ARGUMENT).  A sequence
+   longer than the capacity is CASTLE_ERR_CACHE_FULL (P may pass it where prompt_lengths keeps every
+   sequence within it).  A sequence's later rows (padding) may hold anything, NaN and Inf included:
+   they change no output of the first
    prompt_lengths[b] rows, nor the cache, nor any later decode (test_decode checks it).  Writes o
    (and lse, unless NULL) as castle_forward does for the first prompt_lengths[b] rows of each
    sequence (later rows: unspecified values), and the cache: U by the forward's D (docs/algorithm.md
@@ -435,7 +440,8 @@ CASTLE_API castle_status castle_decode(castle_context *ctx, castle_cache *cache,
        o_t = sum_{s <= t} softmax_s(scale q_t . k_s) v_s,    lse_t = log sum_{s <= t} exp(scale q_t . k_s)
    q, k, v use the descriptor's QC, KC, VC layouts (and are named qc, kc, vc in error messages);
    o, lse the O and LSE layouts; d_o, dq, dk, dv the DO, DQC, DKC, DVC layouts.  scale 0 means
-   1/sqrt(d).  window and the U tensors' layouts are ignored (causal attention has no lookahead), so
+   1/sqrt(d).  window and the U tensors' layouts are ignored (causal attention has no lookahead), as
+   are the layouts of the tensors a call does not take (castle_layout), so
    one descriptor serves both CASTLE and its baseline.  FlashAttention-2 style (cl/causal.cl): no
    workspace, O(L d) memory, nominal forward FLOPs 2 d L^2 per batch entry and head (docs/algorithm.md
    section 6), backward without atomics (bitwise reproducible on a device).  Causal in the floating-
