@@ -120,7 +120,7 @@ castle_status castle__check_desc_for(const castle_context *ctx, const castle_att
                             desc->window);
     if ((checks & CASTLE_CHECK_SCALE) && !(desc->scale >= 0.0f && desc->scale <= CASTLE_MAX_SCALE))
         return castle__fail(CASTLE_ERR_BAD_SCALE,
-                            "scale=%g: must be in [0, %g] (0 means 1/sqrt(d); larger scales overflow the float32 scores)",
+                            "scale=%.9g: must be in [0, %g] (0 means 1/sqrt(d); larger scales overflow the float32 scores)",
                             (double)desc->scale, (double)CASTLE_MAX_SCALE);
     const size_t blk = ctx->tuning.block;
     size_t bh;
@@ -339,8 +339,8 @@ castle_status castle__check_cache_desc(const castle_cache *c, const castle_atten
 {
     if (p->B != c->B || p->H != c->H || p->d != c->d || desc->window != c->window || p->scale != c->scale)
         return castle__fail(CASTLE_ERR_SHAPE_MISMATCH,
-                            "descriptor batch=%zu heads=%zu head_dim=%zu window=%ld scale=%g does not match the "
-                            "cache's batch=%zu heads=%zu head_dim=%zu window=%ld scale=%g",
+                            "descriptor batch=%zu heads=%zu head_dim=%zu window=%ld scale=%.9g does not match the "
+                            "cache's batch=%zu heads=%zu head_dim=%zu window=%ld scale=%.9g",
                             p->B, p->H, p->d, desc->window, (double)p->scale, c->B, c->H, c->d, c->window,
                             (double)c->scale);
     return CASTLE_SUCCESS;

@@ -511,7 +511,9 @@ START_TEST(test_bad_scale)
         a.desc = &d;
         char what[64];
         snprintf(what, sizeof what, "scale=%s", names[i]);
-        expect_reject(&f, &a, CASTLE_ERR_BAD_SCALE, "scale=", what);
+        /* the message shows the value to float precision: "scale=65536" read as within [0, 65536] */
+        const bool above = bad[i] == nextafterf(CASTLE_MAX_SCALE, INFINITY);
+        expect_reject(&f, &a, CASTLE_ERR_BAD_SCALE, above ? "scale=65536.0078" : "scale=", what);
     }
     castle_attention_desc d = f.desc;
     d.scale = 0.5f;
