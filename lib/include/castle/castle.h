@@ -351,8 +351,11 @@ CASTLE_API castle_status castle_forward(castle_context *ctx, const castle_attent
    Outputs (overwritten, not accumulated): d_qu .. d_vc, laid out by the descriptor's DQU .. DVC
    layouts; they must not overlap each other, any input or the workspace.
    No atomics: the result is bitwise identical from run to run on a device.  P is recomputed with the
-   forward's exact rounding, so large inputs (magnitude 1e4) keep float32 accuracy; a NaN or Inf at
-   token r reaches only the gradient rows that depend on it (docs/algorithm.md section 4, "Masks"). */
+   forward's exact rounding, so large inputs (magnitude 1e4) keep float32 accuracy.  A NaN or Inf at
+   token r of QC, KC, VC, QU or d_o leaves d_qc of every earlier token bitwise unchanged, and one in
+   QC or d_o every gradient row after r too (and d_qc's other rows); KU and VU enter the forward's
+   final D_j, which the backward rolls back by subtraction, so a non-finite value there can reach
+   earlier rows (docs/algorithm.md section 4, "Masks"). */
 CASTLE_API castle_status castle_backward(castle_context *ctx, const castle_attention_desc *desc,
                                          cl_mem qu, cl_mem ku, cl_mem vu, cl_mem qc, cl_mem kc, cl_mem vc,
                                          cl_mem o, cl_mem lse, cl_mem workspace, cl_mem d_o,
