@@ -158,7 +158,7 @@ castle_status castle_decode(castle_context *ctx, castle_cache *cache, const cast
     const size_t longest = castle__cache_longest(cache);
     if (p.L > cache->cap - longest) /* nothing enqueued, the cache stays as it is */
         return castle__fail(CASTLE_ERR_CACHE_FULL,
-                            "castle_decode: appending %zu tokens to a sequence of %zu exceeds the cache capacity %zu",
-                            p.L, longest, cache->cap);
+                            "castle_decode: appending %zu token%s to a sequence of %zu exceeds the cache capacity %zu",
+                            p.L, p.L == 1 ? "" : "s", longest, cache->cap);
     return castle__schedule_decode(ctx, cache, &p, longest, bufs, queue, num_wait_events, wait_events, event);
 }

@@ -115,8 +115,9 @@ static castle_status append(castle_context *ctx, castle_kv_cache *cache, const c
                             "with castle_causal_decode)",
                             fn, cache->len);
     if (p.L > cache->cap - cache->len)
-        return castle__fail(CASTLE_ERR_CACHE_FULL, "%s: appending %zu tokens to %zu exceeds the KV cache capacity %zu",
-                            fn, p.L, cache->len, cache->cap);
+        return castle__fail(CASTLE_ERR_CACHE_FULL,
+                            "%s: appending %zu token%s to %zu exceeds the KV cache capacity %zu", fn, p.L,
+                            p.L == 1 ? "" : "s", cache->len, cache->cap);
     return castle__causal_decode(ctx, cache, &p, bufs, queue, nwait, wait, event);
 }
 

@@ -25,8 +25,10 @@ class CastleError(RuntimeError):
         self.status = int(status)
         self.name = lib.castle_status_string(self.status).decode()
         self.message = message
-        text = message if message.startswith(self.name) else f"{self.name}: {message}"
-        super().__init__(f"{call}: {text}" if call else text)
+        body = message[len(self.name) + 2:] if message.startswith(self.name + ": ") else message
+        if call and body.startswith(call + ": "):  # the library's message names the call already
+            body = body[len(call) + 2:]
+        super().__init__(f"{call}: {self.name}: {body}" if call else f"{self.name}: {body}")
 
 
 def _check(status, call):

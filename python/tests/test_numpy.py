@@ -133,6 +133,8 @@ def test_cache_full_and_not_empty(rng):
     with pytest.raises(castle.CastleError) as e:
         cache.decode(*x)  # 4 + 4 > 6
     assert e.value.name == "CASTLE_ERR_CACHE_FULL" and e.value.status == -3023 and e.value.message
+    # the call, the status and the library's words, each once
+    assert str(e.value).count("castle_decode") == 1 and str(e.value).count("CASTLE_ERR_CACHE_FULL") == 1, str(e.value)
     assert list(cache.lengths) == [4]  # unchanged
     with pytest.raises(castle.CastleError) as e:
         cache.prefill(*x)
