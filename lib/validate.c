@@ -152,7 +152,8 @@ castle_status castle__check_desc_for(const castle_context *ctx, const castle_att
             return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "the extent of %s overflows", tensor_names[t]);
         if (is_output(t) && !layout_disjoint(&l, p->B, p->H, p->L, width))
             return castle__fail(CASTLE_ERR_BAD_STRIDE,
-                                "output %s strides (batch %zu, head %zu, row %zu) make rows overlap",
+                                "output %s strides (batch %zu, head %zu, row %zu) do not nest: taken in ascending "
+                                "order, each must be at least the extent of the smaller ones (rows could overlap)",
                                 tensor_names[t], l.batch_stride, l.head_stride, l.row_stride);
         p->strides[t].s[0] = l.batch_stride;
         p->strides[t].s[1] = l.head_stride;

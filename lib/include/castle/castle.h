@@ -71,7 +71,9 @@ typedef enum castle_status {
     CASTLE_ERR_HEAD_DIM = -3008,           /* head dim outside 1..CASTLE_MAX_HEAD_DIM */
     CASTLE_ERR_NEGATIVE_WINDOW = -3009,    /* window < 0 */
     CASTLE_ERR_BAD_SCALE = -3010,          /* scale negative, NaN, infinite or above CASTLE_MAX_SCALE */
-    CASTLE_ERR_BAD_STRIDE = -3011,         /* a row stride < d, or output rows/heads/batches overlap */
+    CASTLE_ERR_BAD_STRIDE = -3011,         /* a row stride < d, or output strides that do not nest (each, in
+                                              ascending order, at least the extent of the smaller ones):
+                                              rows, heads or batches could overlap */
     CASTLE_ERR_BUFFER_TOO_SMALL = -3012,   /* a tensor buffer is smaller than its layout needs */
     CASTLE_ERR_WORKSPACE_TOO_SMALL = -3013,/* workspace smaller than castle_forward_workspace_size() */
     CASTLE_ERR_WAIT_LIST = -3014,          /* wait-list count without a list, a list with count 0, a NULL event,
