@@ -25,6 +25,14 @@ struct castle_context {
     struct castle_log *logs; /* build logs, newest first; kept until destroy (see castle_build_log) */
     castle_launch_observer observer; /* castle_context_set_launch_observer, or NULL */
     void *observer_user;
+    /* Calls of the observer in progress, by the parity of the generation they began in (one
+       generation per castle_context_set_launch_observer), so that setting an observer returns only
+       once the previous one is called no more (host/lock.c); observer_idle is signalled as a count
+       reaches 0 or a setter finishes, observer_setting keeps setters one at a time. */
+    unsigned long observer_gen;
+    size_t observer_busy[2];
+    bool observer_setting;
+    pthread_cond_t observer_idle;
 };
 
 /* One compiler log.  Logs are never freed before the context, so the pointer castle_build_log
@@ -42,5 +50,16 @@ castle_status castle__ctx_lock_init(castle_context *ctx);
 void castle__ctx_lock_destroy(castle_context *ctx);
 void castle__ctx_lock(castle_context *ctx);
 void castle__ctx_unlock(castle_context *ctx);
+/* The launch observer.  castle__observer_take, under the lock, copies the observer and its user data
+   (fn NULL: none) and counts a call of it in progress, which castle__observer_done (not under the
+   lock) ends; gen pairs the two.  castle__observer_set swaps it and waits until no call of the
+   previous one is in progress (CASTLE_ERR_INVALID_ARGUMENT from within an observer of ctx, which
+   would wait for itself). */
+void castle__observer_take(castle_context *ctx, castle_launch_observer *fn, void **user, unsigned long *gen);
+void castle__observer_done(castle_context *ctx, unsigned long gen);
+castle_status castle__observer_set(castle_context *ctx, castle_launch_observer fn, void *user);
+/* fn(user, ...) as an observer of ctx (the thread marked as within it for castle__observer_set). */
+void castle__observer_call(castle_context *ctx, castle_launch_observer fn, void *user, const char *name,
+                           cl_event ev, size_t groups, size_t group_size);
 
 #endif

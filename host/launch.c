@@ -90,8 +90,10 @@ castle_status castle__launch(castle_chain *ch, bool last, castle_context *ctx, c
     cl_event *evp, ev, own = NULL; /* own: an event made for the observer alone */
     castle__chain_next(ch, last, &n, &list, &evp, &ev);
     castle__ctx_lock(ctx);
-    const castle_launch_observer observer = ctx->observer;
-    void *const user = ctx->observer_user;
+    castle_launch_observer observer;
+    void *user;
+    unsigned long gen;
+    castle__observer_take(ctx, &observer, &user, &gen);
     cl_int err = CL_SUCCESS;
     cl_uint i = 0;
     while (i < args->n && (err = clSetKernelArg(kernel, i, args->size[i], args->value[i])) == CL_SUCCESS)
@@ -102,8 +104,11 @@ castle_status castle__launch(castle_chain *ch, bool last, castle_context *ctx, c
     castle__ctx_unlock(ctx);
     const cl_event seen = evp ? ev : own; /* this launch's event, where one was made */
     if (err == CL_SUCCESS && observer && seen)
-        observer(user, name, seen, local ? (global[0] / local[0]) * (global[1] / local[1]) : 0,
-                 local ? local[0] * local[1] : 0);
+        castle__observer_call(ctx, observer, user, name, seen,
+                              local ? (global[0] / local[0]) * (global[1] / local[1]) : 0,
+                              local ? local[0] * local[1] : 0);
+    if (observer)
+        castle__observer_done(ctx, gen);
     if (own)
         clReleaseEvent(own);
     char what[160];

@@ -229,11 +229,7 @@ castle_status castle_context_set_launch_observer(castle_context *ctx, castle_lau
     castle__clear_error();
     if (!ctx)
         return castle__fail(CASTLE_ERR_NULL_CONTEXT, "castle_context_set_launch_observer: context is NULL");
-    castle__ctx_lock(ctx);
-    ctx->observer = fn;
-    ctx->observer_user = fn ? user : NULL;
-    castle__ctx_unlock(ctx);
-    return CASTLE_SUCCESS;
+    return castle__observer_set(ctx, fn, user);
 }
 
 castle_status castle_context_get_tuning(const castle_context *ctx, castle_tuning *out)

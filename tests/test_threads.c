@@ -9,9 +9,11 @@
 
 #include <check.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { JOB_FORWARD, JOB_BACKWARD, JOB_DECODE, JOB_CAUSAL, NJOBKINDS };
 static const char *const job_names[NJOBKINDS] = {"forward", "backward", "prefill+decode", "causal"};
@@ -274,12 +276,61 @@ START_TEST(test_one_context_many_threads)
 }
 END_TEST
 
+/* Removing the launch observer returns only once no call of it is in progress (castle.h), so its
+   user data may then be freed: a worker's launch calls a slow observer, the main thread removes the
+   observer while that call sleeps, and the call must have returned by then (before, removal returned
+   at once and the probe's freed data was used after free).  The observer also tries to set an
+   observer on its own context: refused, where waiting for itself would hang. */
+static atomic_int obs_inside, obs_calls;
+static castle_status obs_self_status = CASTLE_SUCCESS;
+
+static void slow_observer(void *user, const char *kernel, cl_event ev, size_t groups, size_t group_size)
+{
+    (void)kernel, (void)ev, (void)groups, (void)group_size;
+    if (atomic_fetch_add(&obs_calls, 1) == 0)
+        obs_self_status = castle_context_set_launch_observer((castle_context *)user, NULL, NULL);
+    atomic_store(&obs_inside, 1);
+    const struct timespec ms300 = {0, 300000000L};
+    nanosleep(&ms300, NULL);
+    atomic_store(&obs_inside, 0);
+}
+
+static void *observed_job(void *ctx)
+{
+    result r = run_job(ctx, castle_context_queue(ctx), 0, JOB_CAUSAL);
+    free(r.v);
+    return NULL;
+}
+
+START_TEST(test_observer_removal_waits)
+{
+    castle_context *ctx = NULL;
+    ck_assert_msg(castle_context_create_default(NULL, &ctx) == CASTLE_SUCCESS, "%s", castle_last_error());
+    ck_assert(castle_context_set_launch_observer(ctx, slow_observer, ctx) == CASTLE_SUCCESS);
+    pthread_t th;
+    ck_assert(pthread_create(&th, NULL, observed_job, ctx) == 0);
+    const struct timespec ms1 = {0, 1000000L};
+    for (int i = 0; i < 600000 && !atomic_load(&obs_inside); ++i) /* the first launch builds: minutes at most */
+        nanosleep(&ms1, NULL);
+    ck_assert_msg(atomic_load(&obs_inside), "the observer was never called");
+    ck_assert(castle_context_set_launch_observer(ctx, NULL, NULL) == CASTLE_SUCCESS);
+    const int inside = atomic_load(&obs_inside), calls = atomic_load(&obs_calls);
+    pthread_join(th, NULL);
+    castle_context_destroy(ctx);
+    ck_assert_msg(!inside, "castle_context_set_launch_observer(NULL) returned while the observer ran");
+    ck_assert_msg(atomic_load(&obs_calls) == calls, "the observer was called after its removal returned");
+    ck_assert_msg(obs_self_status == CASTLE_ERR_INVALID_ARGUMENT,
+                  "setting the observer from within it gave %d, not CASTLE_ERR_INVALID_ARGUMENT", (int)obs_self_status);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("threads");
     TCase *tc = tcase_create("threads");
     tcase_set_timeout(tc, 900); /* ThreadSanitizer runs it several times slower */
     tcase_add_test(tc, test_one_context_many_threads);
+    tcase_add_test(tc, test_observer_removal_waits);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
