@@ -12,6 +12,9 @@
  *     After any failure castle_last_error() gives a one-line message naming the problem.
  *   - Operations take the caller's command queue, an event wait list and an optional output event
  *     (caller-owned, release it with clReleaseEvent).  They return as soon as the work is enqueued.
+ *     A call enqueues several commands, each waiting for the one before; the output event is the
+ *     last one's, so it completes when the whole call has, but its profiling times cover that
+ *     command alone (castle_context_set_launch_observer sees each kernel's event).
  *   - The library never prints, aborts or exits.
  *   - Threads: one castle_context may be used from several threads at once, each call with its own
  *     queue or a shared one (OpenCL queues are thread-safe).  Programs are built, kernels created and
