@@ -1,10 +1,12 @@
 """Devices, device buffers and the NumPy / pyopencl front end of libcastle."""
 
+import contextlib
 import ctypes
 import math
 import numbers
 import operator
 import os
+import threading
 import weakref
 from collections import namedtuple
 
@@ -48,7 +50,7 @@ def _int(fn, name, v, ctype, lo=None, hi=None, what=""):
     tlo, thi = _lib.c_range(ctype)
     lo, hi = tlo if lo is None else max(lo, tlo), thi if hi is None else min(hi, thi)
     try:
-        n = operator.index(v)
+        n = None if isinstance(v, (bool, np.bool_)) else operator.index(v)  # True is not a window of 1
     except TypeError:
         real = isinstance(v, numbers.Real) and math.isfinite(v) and float(v).is_integer()
         n = int(v) if real else None
@@ -114,6 +116,41 @@ def devices():
     return out
 
 
+class _Guard:
+    """The calls in progress on a Device's context, by thread, so that closing it (close(), garbage
+    collection, interpreter exit) waits for other threads' calls to end instead of destroying the
+    context under them (castle.h: castle_context_destroy must not overlap another call); a call that
+    begins once closing has begun raises ValueError."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.busy = {}  # thread id -> calls in progress
+        self.closed = False
+
+    @contextlib.contextmanager
+    def use(self, dev):
+        me = threading.get_ident()
+        with self.cond:
+            if self.closed:
+                raise ValueError(f"{dev!r} is closed")
+            self.busy[me] = self.busy.get(me, 0) + 1
+        try:
+            yield dev
+        finally:
+            with self.cond:
+                self.busy[me] -= 1
+                if not self.busy[me]:
+                    del self.busy[me]
+                    self.cond.notify_all()
+
+    def close(self):
+        """Refuses new calls, then waits for other threads' calls in progress (not this thread's)."""
+        me = threading.get_ident()
+        with self.cond:
+            self.closed = True
+            self.cond.wait_for(lambda: not any(t != me for t in self.busy))
+
+
 class Device:
     """A libcastle context on one OpenCL device, with its in-order command queue.
 
@@ -132,7 +169,8 @@ class Device:
         else:
             self.spec = spec
         self._caches = []  # finalizers of the caches made on this context: they go before it does
-        self._finalizer = weakref.finalize(self, _destroy_context, _handle, self._caches)
+        self._guard = _Guard()
+        self._finalizer = weakref.finalize(self, _destroy_context, _handle, self._caches, self._guard)
         self._pyopencl_queue = _pyopencl_queue
         q = _pyopencl_queue.int_ptr if _pyopencl_queue is not None else lib.castle_context_queue(_handle)
         self._raw = (_handle, q, lib.castle_context_cl_context(_handle), lib.castle_context_device(_handle))
@@ -148,15 +186,30 @@ class Device:
 
     @property
     def closed(self):
-        """Whether close() ran (or the context is otherwise gone)."""
-        return not self._finalizer.alive
+        """Whether close() ran or is running (or the context is otherwise gone)."""
+        return self._guard.closed or not self._finalizer.alive
 
     def _open(self):
         """self, or ValueError once the device is closed: every use of its context, queue and OpenCL
         handles goes through here (the properties below, and _device() for every device= argument)."""
-        if not self._finalizer.alive:
+        if self.closed:
             raise ValueError(f"{self!r} is closed")
         return self
+
+    def _use(self):
+        """with dev._use(): a call on the context, which close() waits for (_Guard)."""
+        return self._guard.use(self)
+
+    def __copy__(self):
+        return self  # one context: a copy of a module or a structure holding a Device shares it
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        if self._pyopencl_queue is not None and str(self.spec).startswith("pyopencl:"):
+            raise TypeError(f"{self!r} is bound to a pyopencl queue and cannot be pickled")
+        return (Device, (self.spec,))  # unpickled: a Device on the same device spec
 
     _handle = property(lambda self: self._open()._raw[0], doc="The castle_context *.")
     queue = property(lambda self: self._open()._raw[1],
@@ -179,6 +232,10 @@ class Device:
 
     @property
     def tuning(self):
+        with self._use():
+            return self._tuning()
+
+    def _tuning(self):
         # castle_context_get_tuning writes the library's castle_tuning (struct_size first): a library
         # whose castle_tuning gained fields writes more than _lib.Tuning holds, so it writes into spare
         # room and the known fields are read from its start.
@@ -189,7 +246,8 @@ class Device:
             "name": lib.castle_context_tuning_name(self._handle).decode()}
 
     def finish(self):
-        _cl_check(cl.clFinish(self.queue), "clFinish")
+        with self._use():
+            _cl_check(cl.clFinish(self.queue), "clFinish")
 
     def close(self):
         """Releases the context now, and with it the caches made on it (castle.h: a cache's context
@@ -201,9 +259,11 @@ class Device:
         return f"castle.Device({self.spec!r}: {self.name})"
 
 
-def _destroy_context(handle, caches):
-    """A Device's finalizer (close() or garbage collection): its caches, then its context.  OpenCL
-    buffers made on the context hold their own reference to the cl_context, so they may go later."""
+def _destroy_context(handle, caches, guard):
+    """A Device's finalizer (close(), garbage collection or exit): once no other thread's call is in
+    progress on it, its caches, then its context.  OpenCL buffers made on the context hold their own
+    reference to the cl_context, so they may go later."""
+    guard.close()
     for f in caches:
         f()
     lib.castle_context_destroy(handle)
@@ -436,12 +496,12 @@ def _forward(fn, dev, ins, shape, window, scale, outs):
 def forward(qu, ku, vu, qc, kc, vc, window=0, scale=None, device=None):
     """CASTLE (window 0) or CASTLE-SWL (window W >= 1) attention: (o, lse) for six (B, H, L, d)
     float32 arrays; o is (B, H, L, d), lse (B, H, L).  scale None means 1/sqrt(d)."""
-    dev = _device(device)
-    arrays = (qu, ku, vu, qc, kc, vc)
-    shape, ins = uploads(dev, "castle.forward", SIX, arrays)
-    outs = Outputs(dev, _cl_mode(arrays))
-    _forward("castle.forward", dev, ins, shape, window, scale, outs)
-    return outs.results()
+    with _device(device)._use() as dev:
+        arrays = (qu, ku, vu, qc, kc, vc)
+        shape, ins = uploads(dev, "castle.forward", SIX, arrays)
+        outs = Outputs(dev, _cl_mode(arrays))
+        _forward("castle.forward", dev, ins, shape, window, scale, outs)
+        return outs.results()
 
 
 def _set_layout(desc, t, tensor):
@@ -461,14 +521,14 @@ def backward(qu, ku, vu, qc, kc, vc, do, window=0, scale=None, device=None):
     """Gradients (dqu, dku, dvu, dqc, dkc, dvc) of a loss whose gradient with respect to CASTLE's
     output o is do.  Runs the forward first (its workspace feeds the backward); castle.torch keeps
     the forward's state instead."""
-    dev = _device(device)
-    arrays = (qu, ku, vu, qc, kc, vc, do)
-    shape, ins = uploads(dev, "castle.backward", SIX + ("do",), arrays)
-    scratch = Outputs(dev, False)  # keeps o and lse alive until the backward is done
-    desc, o, lse, ws = _forward("castle.backward", dev, ins[:6], shape, window, scale, scratch)
-    outs = Outputs(dev, _cl_mode(arrays))
-    _backward(dev, desc, ins[:6], o, lse, ws, ins[6], outs)
-    return outs.results()
+    with _device(device)._use() as dev:
+        arrays = (qu, ku, vu, qc, kc, vc, do)
+        shape, ins = uploads(dev, "castle.backward", SIX + ("do",), arrays)
+        scratch = Outputs(dev, False)  # keeps o and lse alive until the backward is done
+        desc, o, lse, ws = _forward("castle.backward", dev, ins[:6], shape, window, scale, scratch)
+        outs = Outputs(dev, _cl_mode(arrays))
+        _backward(dev, desc, ins[:6], o, lse, ws, ins[6], outs)
+        return outs.results()
 
 
 def _causal_forward(fn, dev, ins, shape, scale, outs):
@@ -488,23 +548,23 @@ def _causal_backward(dev, desc, ins, o, lse, do, outs):
 
 def causal_forward(q, k, v, scale=None, device=None):
     """The library's causal softmax attention (the baseline): (o, lse) for (B, H, L, d) q, k, v."""
-    dev = _device(device)
-    shape, ins = uploads(dev, "castle.causal_forward", ("q", "k", "v"), (q, k, v))
-    outs = Outputs(dev, _cl_mode((q, k, v)))
-    _causal_forward("castle.causal_forward", dev, ins, shape, scale, outs)
-    return outs.results()
+    with _device(device)._use() as dev:
+        shape, ins = uploads(dev, "castle.causal_forward", ("q", "k", "v"), (q, k, v))
+        outs = Outputs(dev, _cl_mode((q, k, v)))
+        _causal_forward("castle.causal_forward", dev, ins, shape, scale, outs)
+        return outs.results()
 
 
 def causal_backward(q, k, v, do, scale=None, device=None):
     """Gradients (dq, dk, dv) of the baseline given do = dLoss/do (runs its forward first)."""
-    dev = _device(device)
-    arrays = (q, k, v, do)
-    shape, ins = uploads(dev, "castle.causal_backward", ("q", "k", "v", "do"), arrays)
-    scratch = Outputs(dev, False)
-    desc, o, lse = _causal_forward("castle.causal_backward", dev, ins[:3], shape, scale, scratch)
-    outs = Outputs(dev, _cl_mode(arrays))
-    _causal_backward(dev, desc, ins[:3], o, lse, ins[3], outs)
-    return outs.results()
+    with _device(device)._use() as dev:
+        arrays = (q, k, v, do)
+        shape, ins = uploads(dev, "castle.causal_backward", ("q", "k", "v", "do"), arrays)
+        scratch = Outputs(dev, False)
+        desc, o, lse = _causal_forward("castle.causal_backward", dev, ins[:3], shape, scale, scratch)
+        outs = Outputs(dev, _cl_mode(arrays))
+        _causal_backward(dev, desc, ins[:3], o, lse, ins[3], outs)
+        return outs.results()
 
 
 class _CacheBase:
@@ -524,10 +584,20 @@ class _CacheBase:
         self.window, self.scale = window, scale
         desc = make_desc(self._kind, (self.batch, self.heads, self.capacity, self.head_dim), window, scale)
         h = ctypes.c_void_p()
-        _check(create(self.device._handle, ctypes.byref(desc), ctypes.byref(h)), create.__name__)
-        self._cache = h.value
-        self._finalizer = weakref.finalize(self, destroy, h.value)
-        self.device._own(self._finalizer)  # closing the device closes the cache first
+        with self.device._use():
+            _check(create(self.device._handle, ctypes.byref(desc), ctypes.byref(h)), create.__name__)
+            self._cache = h.value
+            self._finalizer = weakref.finalize(self, destroy, h.value)
+            self.device._own(self._finalizer)  # closing the device closes the cache first
+
+    def __reduce__(self):
+        raise TypeError(f"{self._kind} holds device memory of its castle.Device: it cannot be copied or pickled")
+
+    def __copy__(self):
+        self.__reduce__()
+
+    def __deepcopy__(self, memo):
+        self.__reduce__()
 
     @property
     def _handle(self):
@@ -539,6 +609,10 @@ class _CacheBase:
     def _run(self, fn, call, arrays, *extra):
         """Uploads the new tokens, runs call(ctx, cache, desc, *extra, inputs..., o, lse=NULL, queue...)
         and returns o."""
+        with self._use():
+            return self._run_on(fn, call, arrays, *extra)
+
+    def _run_on(self, fn, call, arrays, *extra):
         cache = self._handle
         shape, ins = uploads(self.device, f"{self._kind}.{fn}", self._names, arrays)
         want = (self.batch, self.heads, self.head_dim)
@@ -554,8 +628,20 @@ class _CacheBase:
 
     def _size(self, call):
         n = ctypes.c_size_t(0)
-        _check(call(self._handle, ctypes.byref(n)), call.__name__)
+        with self._use():
+            _check(call(self._handle, ctypes.byref(n)), call.__name__)
         return n.value
+
+    def _host_call(self, call, *args):
+        """A call on the cache that enqueues nothing (lengths, reset)."""
+        with self._use():
+            _check(call(self._handle, *args), call.__name__)
+
+    def _use(self):
+        """with cache._use(): a call on the cache (ValueError naming the cache once it is closed),
+        which closing its device waits for."""
+        self._handle  # noqa: B018 (raises once closed)
+        return self.device._use()
 
 
 class Cache(_CacheBase):
@@ -589,12 +675,12 @@ class Cache(_CacheBase):
     def lengths(self):
         """Tokens each sequence holds, a NumPy int64 array of length batch."""
         n = (ctypes.c_size_t * self.batch)()
-        _check(lib.castle_cache_lengths(self._handle, n), "castle_cache_lengths")
+        self._host_call(lib.castle_cache_lengths, n)
         return np.array(n[:], dtype=np.int64)
 
     def reset(self):
         """Every sequence back to length 0 (nothing reallocated)."""
-        _check(lib.castle_cache_reset(self._handle), "castle_cache_reset")
+        self._host_call(lib.castle_cache_reset)
 
     @property
     def nbytes(self):
@@ -626,7 +712,7 @@ class CausalCache(_CacheBase):
         return np.full(self.batch, self._size(lib.castle_kv_cache_length), dtype=np.int64)
 
     def reset(self):
-        _check(lib.castle_kv_cache_reset(self._handle), "castle_kv_cache_reset")
+        self._host_call(lib.castle_kv_cache_reset)
 
     @property
     def nbytes(self):

@@ -9,10 +9,13 @@ transposing copy.  The forward pass keeps its device buffers (inputs, o, lse and
 castle_forward fills) for the backward pass, which therefore copies only dO in and the six
 gradients out and never recomputes the forward."""
 
+import ctypes
+import functools
+import warnings
+
 import numpy as np
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from . import _core
 
@@ -20,6 +23,8 @@ from . import _core
 def _host(fn, name, t):
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{fn}: {name} is a {type(t).__name__}; expected a torch.Tensor")
+    if t.device.type == "meta":
+        raise ValueError(f"{fn}: {name} is a meta tensor (it holds no data)")
     if t.is_complex() or not (t.is_floating_point() or t.dtype in (torch.int8, torch.int16, torch.int32, torch.int64,
                                                                     torch.uint8)):
         raise ValueError(f"{fn}: {name} has dtype {t.dtype}; expected a real floating dtype (float32 on the device)")
@@ -59,56 +64,76 @@ class _State:
         holder, = ctx.saved_tensors
         st = getattr(holder, "castle_state", None)
         if st is None:
-            raise RuntimeError("castle.torch: the forward's device state is gone (this torch does not keep the "
-                               "Python attributes of a saved tensor)")
+            raise RuntimeError("castle.torch: the forward's device state did not reach the backward: saved-tensor "
+                               "hooks (torch.autograd.graph.saved_tensors_hooks, save_on_cpu, "
+                               "torch.utils.checkpoint with use_reentrant=False) replace the saved tensor that "
+                               "carries it; they are not supported (checkpoint with use_reentrant=True is)")
         return st
+
+
+def _first_order(backward):
+    """A backward without a derivative of its own: refused under create_graph=True (double backward,
+    torch.autograd.functional.hessian, gradient penalties), where its gradients, computed on the
+    device, would enter the graph as constants and every second derivative through them would be
+    silently 0 (torch's once_differentiable raises only where a gradient output requires grad)."""
+
+    @functools.wraps(backward)
+    def wrapper(ctx, *grads):
+        if torch.is_grad_enabled():
+            raise RuntimeError("castle.torch: the attention's backward has no derivative of its own; "
+                               "create_graph=True (double backward, hessians, gradient penalties) is not supported")
+        return backward(ctx, *grads)
+
+    return wrapper
 
 
 class _CastleFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, window, scale, device, *six):
-        dev = _core._device(device)
-        shape, ins = _core.uploads(dev, "castle.torch.castle_attention", _core.SIX,
-                                   [_host("castle.torch.castle_attention", n, t) for n, t in zip(_core.SIX, six)])
-        st = _State(dev, ins, shape)
-        st.desc, st.o, st.lse, st.ws = _core._forward("castle.torch.castle_attention", dev, ins, shape, window, scale,
-                                                      st.outs)
-        o, _ = st.outs.results()
+        with _core._device(device)._use() as dev:
+            shape, ins = _core.uploads(dev, "castle.torch.castle_attention", _core.SIX,
+                                       [_host("castle.torch.castle_attention", n, t) for n, t in zip(_core.SIX, six)])
+            st = _State(dev, ins, shape)
+            st.desc, st.o, st.lse, st.ws = _core._forward("castle.torch.castle_attention", dev, ins, shape, window,
+                                                          scale, st.outs)
+            o, _ = st.outs.results()
         st.save(ctx)
         return _back(o, six[0])
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, do):
         st = _State.of(ctx)
-        dev = st.dev
-        d = _core.upload(dev, _host("castle.torch.castle_attention", "grad", do), "castle_attention", "do")
-        outs = _core.Outputs(dev, False)
-        _core._backward(dev, st.desc, st.ins, st.o, st.lse, st.ws, d, outs)
-        return (None, None, None) + tuple(_back(g, do) for g in outs.results())
+        with st.dev._use() as dev:
+            d = _core.upload(dev, _host("castle.torch.castle_attention", "grad", do), "castle_attention", "do")
+            outs = _core.Outputs(dev, False)
+            _core._backward(dev, st.desc, st.ins, st.o, st.lse, st.ws, d, outs)
+            return (None, None, None) + tuple(_back(g, do) for g in outs.results())
 
 
 class _CausalFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, scale, device, q, k, v):
-        dev = _core._device(device)
         names = ("q", "k", "v")
-        shape, ins = _core.uploads(dev, "castle.torch.causal_attention", names,
-                                   [_host("castle.torch.causal_attention", n, t) for n, t in zip(names, (q, k, v))])
-        st = _State(dev, ins, shape)
-        st.desc, st.o, st.lse = _core._causal_forward("castle.torch.causal_attention", dev, ins, shape, scale, st.outs)
-        o, _ = st.outs.results()
+        with _core._device(device)._use() as dev:
+            shape, ins = _core.uploads(dev, "castle.torch.causal_attention", names,
+                                       [_host("castle.torch.causal_attention", n, t) for n, t in zip(names, (q, k, v))])
+            st = _State(dev, ins, shape)
+            st.desc, st.o, st.lse = _core._causal_forward("castle.torch.causal_attention", dev, ins, shape, scale,
+                                                          st.outs)
+            o, _ = st.outs.results()
         st.save(ctx)
         return _back(o, q)
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, do):
         st = _State.of(ctx)
-        d = _core.upload(st.dev, _host("castle.torch.causal_attention", "grad", do), "causal_attention", "do")
-        outs = _core.Outputs(st.dev, False)
-        _core._causal_backward(st.dev, st.desc, st.ins, st.o, st.lse, d, outs)
-        return (None, None) + tuple(_back(g, do) for g in outs.results())
+        with st.dev._use() as dev:
+            d = _core.upload(dev, _host("castle.torch.causal_attention", "grad", do), "causal_attention", "do")
+            outs = _core.Outputs(dev, False)
+            _core._causal_backward(dev, st.desc, st.ins, st.o, st.lse, d, outs)
+            return (None, None) + tuple(_back(g, do) for g in outs.results())
 
 
 def castle_attention(qu, ku, vu, qc, kc, vc, window=0, scale=None, device=None):
@@ -131,6 +156,7 @@ class _Attention(nn.Module):
 
     def __init__(self, dim, heads, dim_head, cache_capacity, device):
         super().__init__()
+        cache_capacity = _core._int(type(self).__name__, "cache_capacity", cache_capacity, ctypes.c_size_t, lo=1)
         self.heads, self.dim_head, self.cache_capacity, self.device = heads, dim_head, cache_capacity, device
         inner = heads * dim_head
         for n in self._names:
@@ -149,6 +175,10 @@ class _Attention(nn.Module):
         if cache is None and not return_cache:
             o = self._attend(heads)
         else:
+            if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
+                warnings.warn(f"{type(self).__name__}: the cached path (cache= or return_cache=True) is for "
+                              "inference: no gradient reaches the attention's projections; run it under "
+                              "torch.no_grad()", stacklevel=2)
             if cache is None:
                 cache = self.new_cache(B, max(L, self.cache_capacity))
             host = [_host(type(self).__name__, n, t) for n, t in zip(self._names, heads)]
@@ -156,6 +186,16 @@ class _Attention(nn.Module):
             o = _back(step(*host), x)
         y = self.to_out(o.transpose(1, 2).reshape(B, L, self.heads * self.dim_head))
         return (y, cache) if return_cache else y
+
+    def _capacity(self, capacity):
+        """new_cache's capacity: the layer's cache_capacity where None, else checked as castle.Cache does."""
+        if capacity is None:
+            return self.cache_capacity
+        return _core._int(f"{type(self).__name__}.new_cache", "capacity", capacity, ctypes.c_size_t, lo=1)
+
+    def extra_repr(self):
+        window = f", window={self.window}" if hasattr(self, "window") else ""
+        return f"heads={self.heads}, dim_head={self.dim_head}{window}, cache_capacity={self.cache_capacity}"
 
 
 class CastleAttention(_Attention):
@@ -179,7 +219,7 @@ class CastleAttention(_Attention):
 
     def new_cache(self, batch, capacity=None):
         """An empty castle.Cache for this layer: batch sequences of at most capacity tokens."""
-        return _core.Cache(batch, self.heads, self.dim_head, capacity or self.cache_capacity, self.window,
+        return _core.Cache(batch, self.heads, self.dim_head, self._capacity(capacity), self.window,
                            device=self.device)
 
 
@@ -197,5 +237,5 @@ class CausalAttention(_Attention):
 
     def new_cache(self, batch, capacity=None):
         """An empty castle.CausalCache for this layer."""
-        return _core.CausalCache(batch, self.heads, self.dim_head, capacity or self.cache_capacity,
+        return _core.CausalCache(batch, self.heads, self.dim_head, self._capacity(capacity),
                                  device=self.device)

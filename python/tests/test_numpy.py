@@ -348,3 +348,37 @@ def test_castle_library_is_the_only_one_tried_when_set(tmp_path):
                        cwd=tmp_path)
     tried = r.stderr.split("Tried:\n", 1)[1].split("\nBuild it", 1)[0].splitlines()
     assert tried == [f"  {tmp_path / 'libcastle.so'} (CASTLE_LIBRARY): not there"]
+
+
+def test_closing_a_device_waits_for_other_threads_calls(rng):
+    """Closing a Device (close(), collection, exit) while another thread's calls run on it waits for
+    the call in progress; the thread's next call raises ValueError.  The context was destroyed under
+    the running call before: a segfault within a few of these trials."""
+    import threading
+    import time
+    x = six(rng, (1, 2, 64, 16))
+    for trial in range(10):
+        dev = castle.Device()
+        castle.forward(*x, device=dev)  # built (the kernel cache makes later contexts quick)
+        errors, calls = [], [0]
+
+        def loop():
+            try:
+                while True:
+                    castle.forward(*x, device=dev)
+                    calls[0] += 1
+            except BaseException as e:  # noqa: BLE001 (a ValueError is the one expected)
+                errors.append(e)
+
+        t = threading.Thread(target=loop)
+        t.start()
+        time.sleep(0.02 + 0.01 * (trial % 5))
+        dev.close()
+        t.join(300)
+        assert not t.is_alive() and len(errors) == 1 and isinstance(errors[0], ValueError), errors
+        assert "is closed" in str(errors[0])
+
+
+def test_booleans_are_not_integers(rng):
+    with pytest.raises(ValueError, match="window=True"):
+        castle.forward(*six(rng, (1, 1, 4, 8)), window=True)

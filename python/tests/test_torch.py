@@ -101,7 +101,7 @@ def test_module_output_gradients_and_generation(rng, window):
     assert list(cache.lengths) == [15, 15]
     gen = torch.cat([y0, y1, y2, y3], dim=1)
     assert np.max(np.abs(gen.numpy() - y.detach().numpy())) < DECODE_TOL
-    with pytest.raises(castle.CastleError) as e:
+    with pytest.raises(castle.CastleError) as e, torch.no_grad():
         m(x[:, :2], cache=cache, return_cache=True)  # 17 > capacity 16
     assert e.value.name == "CASTLE_ERR_CACHE_FULL"
 
@@ -195,3 +195,55 @@ def test_module_cache_holds_a_longer_prompt(rng):
         assert cache.capacity == 6 and list(cache.lengths) == [6]
         _, cache = m(x[:, :2], return_cache=True)
         assert cache.capacity == 4
+
+
+def test_double_backward_is_refused(rng):
+    """Under create_graph=True the device-computed gradients would enter the graph as constants, so
+    every second derivative through them would be 0 (a gradient penalty's gradient, a hessian): the
+    backward refuses instead (it returned constants before)."""
+    x = [torch.tensor(a, requires_grad=True) for a in six(rng, (1, 1, 6, 4))]
+    for f, args in ((ct.castle_attention, x), (ct.causal_attention, x[:3])):
+        o = f(*args)
+        with pytest.raises(RuntimeError, match="create_graph=True"):
+            torch.autograd.grad(o.square().sum(), args, create_graph=True)
+    with pytest.raises(RuntimeError, match="create_graph=True"):
+        torch.autograd.functional.hessian(lambda q: ct.causal_attention(q, x[1], x[2]).sum(), x[0].detach())
+
+
+def test_saved_tensor_hooks_are_named(rng):
+    """save_on_cpu (and any saved-tensor hooks) replace the saved tensor the device state rides on:
+    a clear error that names them, where the message blamed torch's version before."""
+    x = [torch.tensor(a, requires_grad=True) for a in six(rng, (1, 1, 6, 4))]
+    with torch.autograd.graph.save_on_cpu():
+        o = ct.castle_attention(*x)
+    with pytest.raises(RuntimeError, match="saved-tensor hooks"):
+        o.sum().backward()
+
+
+def test_modules_copy_pickle_and_check_their_arguments(rng):
+    import copy
+    import pickle
+    dev = castle.Device()
+    m = ct.CastleAttention(dim=8, heads=2, dim_head=4, window=3, cache_capacity=12, device=dev)
+    assert "window=3" in repr(m) and "cache_capacity=12" in repr(m)
+    x = torch.tensor(rng.uniform(-1, 1, (1, 5, 8)), dtype=torch.float32)
+    m2 = copy.deepcopy(m)  # shares the Device (it said the copy's device was closed before)
+    assert m2.device is dev and not dev.closed
+    assert torch.equal(m2(x), m(x))
+    d2 = pickle.loads(pickle.dumps(dev))  # a Device on the same spec
+    assert d2 is not dev and d2.spec == dev.spec and not d2.closed
+    cache = m.new_cache(1)
+    for copier in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError, match="cannot be copied or pickled"):
+            copier(cache)
+    for bad in (0, -5, 2.5):
+        with pytest.raises(ValueError, match="cache_capacity"):
+            ct.CastleAttention(dim=8, heads=2, dim_head=4, cache_capacity=bad)
+        with pytest.raises(ValueError, match="capacity"):
+            m.new_cache(1, bad)  # it was replaced by the layer's default before
+    with pytest.raises(ValueError, match="meta tensor"):
+        ct.castle_attention(*[torch.empty(1, 1, 4, 4, device="meta")] * 6)
+    with pytest.warns(UserWarning, match="no gradient reaches"):  # grad enabled on the cached path
+        m(x, return_cache=True)
+    d2.close()
+    dev.close()
