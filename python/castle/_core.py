@@ -301,6 +301,7 @@ class Buffer:
         _cl_check(err.value, f"clCreateBuffer({nbytes} bytes)")
         self.mem, self.nbytes = mem, int(nbytes)
         self._finalizer = weakref.finalize(self, cl.clReleaseMemObject, mem)
+        self._finalizer.atexit = False  # at exit a daemon thread's call may still use it (_Guard)
 
     def read(self, device, shape):
         out = np.empty(shape, F32)
@@ -588,6 +589,7 @@ class _CacheBase:
             _check(create(self.device._handle, ctypes.byref(desc), ctypes.byref(h)), create.__name__)
             self._cache = h.value
             self._finalizer = weakref.finalize(self, destroy, h.value)
+            self._finalizer.atexit = False  # at exit its device's finalizer runs it, after the calls in progress
             self.device._own(self._finalizer)  # closing the device closes the cache first
 
     def __reduce__(self):
