@@ -281,12 +281,23 @@ def default_device():
     return _default
 
 
+_named = {}  # spec -> the Device a device="P:D" argument uses
+_named_lock = threading.Lock()
+
+
 def _device(device):
+    """device= as a Device: None the default device, a Device itself, a spec ("P:D", "N") one Device
+    per spec, made on first use and again after it was closed (a context per call cost 30 ms)."""
     if device is None:
         return default_device()
     if isinstance(device, Device):
         return device._open()
-    return Device(device)
+    key = str(device)
+    with _named_lock:
+        dev = _named.get(key)
+        if dev is None or dev.closed:
+            dev = _named[key] = Device(key)
+        return dev
 
 
 # ---- buffers -------------------------------------------------------------------------------------
