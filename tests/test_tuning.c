@@ -146,6 +146,40 @@ START_TEST(test_tune_then_load)
 }
 END_TEST
 
+/* castle-tune --file in directories that do not exist yet (it made one level, and the default path
+   ~/.config/castle/tuning.tsv needs two on a fresh account), and into a file whose last line has no
+   newline (the entry joined that line: a comment, so it was never loaded).  Both load as "file". */
+START_TEST(test_tune_file_edges)
+{
+    char dir[64], cmd[1024];
+    snprintf(dir, sizeof dir, "/tmp/castle_tuning_dirs_%ld", (long)getpid());
+    snprintf(g_file, sizeof g_file, "%s/a/b/tuning.tsv", dir);
+    for (int round = 0; round < 2; ++round) {
+        if (round) { /* the file now exists: a last line without its newline */
+            FILE *f = fopen(g_file, "w");
+            ck_assert(f && fputs("# a note", f) >= 0 && fclose(f) == 0);
+        }
+        snprintf(cmd, sizeof cmd, "'%s' --quick --budget 0 --L 96 --heads 1 --repeat 1 --file '%s' > /dev/null",
+                 CASTLE_TUNE_PATH, g_file);
+        const int rc = system(cmd);
+        ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "round %d: castle-tune failed (%d)", round, rc);
+        castle_tuning got;
+        castle_context *ctx = open_with_file(&got);
+        ck_assert_msg(!strcmp(castle_context_tuning_name(ctx), "file"), "round %d: the entry was not loaded (%s)",
+                      round, castle_context_tuning_name(ctx));
+        castle_context_destroy(ctx);
+    }
+    FILE *f = fopen(g_file, "r");
+    char line[1024];
+    ck_assert(f && fgets(line, sizeof line, f));
+    fclose(f);
+    ck_assert_str_eq(line, "# a note\n"); /* kept, and ended */
+    remove(g_file);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
 /* Runs castle-tune with args (stdout and stderr into out); counts the candidates built and the
    lines that start with mark and contain text.  Returns the exit status. */
 static int run_tune(const char *args, const char *mark, const char *text, int *built, int *marked, char *out,
@@ -371,6 +405,7 @@ int main(void)
     tcase_set_tags(tc, "variants"); /* tests/CMakeLists.txt: castle_variants */
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, test_tune_then_load);
+    tcase_add_test(tc, test_tune_file_edges);
     tcase_add_test(tc, test_tune_max_tiles);
     tcase_add_test(tc, test_tune_budget);
     tcase_add_test(tc, test_tune_order);

@@ -348,41 +348,59 @@ static int shape_order(const void *x, const void *y)
 }
 
 /* Writes (or replaces) this device's line in the tuning file. */
+/* mkdir -p of the directory part of path (errors show when the file is opened). */
+static void make_parents(const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; ++p)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(dir, 0755);
+            *p = '/';
+        }
+    mkdir(dir, 0755);
+}
+
 static int write_entry(const char *path, const char *device, const char *driver, const castle_tuning *t)
 {
     char *old = NULL;
     size_t old_len = 0;
     FILE *f = fopen(path, "r");
-    if (f) {
-        char line[1024];
-        const size_t dn = strlen(device);
-        while (fgets(line, sizeof line, f)) {
-            const bool mine = !strncmp(line, device, dn) && line[dn] == '\t' &&
-                              !strncmp(line + dn + 1, driver, strlen(driver)) && line[dn + 1 + strlen(driver)] == '\t';
+    if (f) { /* every line but this device and driver's entry, whole (getline), each ended by a newline */
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t n;
+        const size_t dn = strlen(device), vn = strlen(driver);
+        while ((n = getline(&line, &cap, f)) > 0) {
+            const bool mine = !strncmp(line, device, dn) && line[dn] == '\t' && !strncmp(line + dn + 1, driver, vn) &&
+                              line[dn + 1 + vn] == '\t';
             if (mine)
                 continue;
-            const size_t n = strlen(line);
-            char *grown = realloc(old, old_len + n + 1);
+            const bool ended = line[n - 1] == '\n';
+            char *grown = realloc(old, old_len + (size_t)n + 2);
             if (!grown) {
                 free(old);
+                free(line);
                 fclose(f);
                 fprintf(stderr, "castle-tune: out of memory\n");
                 return 1;
             }
             old = grown;
-            memcpy(old + old_len, line, n + 1);
-            old_len += n;
+            memcpy(old + old_len, line, (size_t)n);
+            old_len += (size_t)n;
+            if (!ended) /* a last line without its newline: the entry must not join it */
+                old[old_len++] = '\n';
+            old[old_len] = '\0';
         }
+        free(line);
         fclose(f);
     }
-    /* create the parent directory (one level) when missing */
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = '\0';
-        mkdir(dir, 0755);
-    }
+    make_parents(path);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     f = fopen(tmp, "w");
