@@ -302,16 +302,22 @@ void castle_forward_block(const int k, FORWARD_BLOCK_PARAMS)
    global writes visible to the next (the dependencies never cross batch entries or heads).  The
    first argument is unused (the per-diagonal kernel's k).  The pair is inlined: as a call
    (FOLD_PAIR, common.cl) it took 72 registers instead of 80 in clang's PTX, but ptxas, inlining the
-   call back, left a 32-byte private array on the stack. */
+   call back, left a 32-byte private array on the stack.  One loop over the pairs, (k, j) stepped by
+   hand: with a loop over k around a loop over j, PoCL 3.1's code for this kernel read past its
+   work-group's data and crashed under micro-tiles of at least 2 x 2 vectors of 8 or 16 floats
+   (vector = 8, tm = 4, tn = 2, say), where Oclgrind found nothing amiss and the results agree. */
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_forward_fold(const int unused, FORWARD_BLOCK_PARAMS)
 {
     __local float lm[LM_SIZE] LM_ALIGNED;
     const int N = (L + BLK - 1) / BLK;
     (void)unused;
-    for (int k = 0; k < N; ++k)
-        for (int j = 0; j + k < N; ++j) {
-            forward_block(lm, k, j, get_group_id(1), FORWARD_BLOCK_ARGS);
-            barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    for (int k = 0, j = 0; k < N;) { /* pairs (j + k, j) in wavefront order */
+        forward_block(lm, k, j, get_group_id(1), FORWARD_BLOCK_ARGS);
+        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+        if (++j + k >= N) {
+            j = 0;
+            ++k;
         }
+    }
 }

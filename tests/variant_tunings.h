@@ -39,6 +39,9 @@ static const castle_tuning variant_tunings[] = {
            .btm = 2, .fthreads = 128, .fdchunk = 32),
     TUNING(.block = 32, .threads = 128, .dchunk = 32, .vector = 4, .tm = 1, .tn = 1, .bthreads = 32, .btm = 4,
            .fthreads = 64, .fdchunk = 8),
+    /* 2 x 2 tiles of 8-wide vectors, folded: PoCL 3.1 crashed in the folded forward's code under
+       such tiles while its loops over k and j were nested (cl/forward.cl) */
+    TUNING(.block = 32, .threads = 32, .dchunk = 32, .vector = 8, .tm = 2, .tn = 2, .fold = 1024),
 };
 enum { VARIANT_TUNINGS = sizeof variant_tunings / sizeof variant_tunings[0] };
 
