@@ -20,6 +20,8 @@ const castle_tuning_param castle__tuning_params[] = {
 #undef CASTLE_PARAM_
 };
 const size_t castle__tuning_nparams = sizeof castle__tuning_params / sizeof castle__tuning_params[0];
+_Static_assert(sizeof castle__tuning_params / sizeof castle__tuning_params[0] <= 64,
+               "parse_tuning marks the keys it has seen in 64 bits");
 
 unsigned *castle__tuning_field(castle_tuning *t, const castle_tuning_param *p)
 {
@@ -299,6 +301,7 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
    so does a comma with no key after it. */
 static bool parse_tuning(const char *s, castle_tuning *t)
 {
+    unsigned long long seen = 0; /* a key given twice is malformed (the first would be lost unsaid) */
     while (*s) {
         const char *eq = strchr(s, '=');
         if (!eq)
@@ -308,8 +311,9 @@ static bool parse_tuning(const char *s, castle_tuning *t)
             if (strlen(castle__tuning_params[i].name) == (size_t)(eq - s) &&
                 !strncmp(s, castle__tuning_params[i].name, (size_t)(eq - s)))
                 p = &castle__tuning_params[i];
-        if (!p)
+        if (!p || (seen >> (p - castle__tuning_params) & 1u))
             return false;
+        seen |= 1ull << (p - castle__tuning_params);
         s = eq + 1;
         if (*s < '0' || *s > '9')
             return false;
@@ -466,7 +470,8 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
         if (!parse_over(env, &t))
             return castle__fail(CASTLE_ERR_BAD_TUNING,
                                 "CASTLE_TUNING='%s' is malformed: expected e.g. "
-                                "'block=32,threads=64,dchunk=16,vector=4,tm=2,tn=1,fold=8,decode=2' (decimal values)",
+                                "'block=32,threads=64,dchunk=16,vector=4,tm=2,tn=1,fold=8,decode=2' (decimal values, "
+                                "each key once)",
                                 env);
         castle__tuning_resolve(&t, info);
         castle_status st = castle__tuning_check(&t, info);

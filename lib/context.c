@@ -275,8 +275,10 @@ castle_status castle_context_set_tuning(castle_context *ctx, const castle_tuning
 castle_status castle_tuning_string(const castle_tuning *t, char *buf, size_t size)
 {
     castle__clear_error();
-    if (!t || !buf || !size)
-        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_tuning_string: tuning or buf is NULL or size is 0");
+    if (!t || !buf)
+        return castle__fail(CASTLE_ERR_NULL_POINTER, "castle_tuning_string: tuning or buf is NULL");
+    if (!size) /* castle.h: too small, as any size short of the string */
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "castle_tuning_string: 0 bytes are too few");
     size_t used = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < castle__tuning_nparams; ++i) {

@@ -1616,9 +1616,9 @@ END_TEST
 /* The first NMALFORMED are malformed (named by the variable), the rest well-formed bad values. */
 static const char *const bad_tuning_env[] = {"block=abc", "foo=3", "block=32;threads=64", "block",
                                              "block=4294967328", "block=-32", "block=+32", "threads=", "block=16,",
-                                             "block=12", "threads=48", "dchunk=5", "tm=3", "tn=32", "decode=3", "btm=3",
+                                             "block=32,threads=64,block=64", "block=12", "threads=48", "dchunk=5", "tm=3", "tn=32", "decode=3", "btm=3",
                                              "stage=3", "prefetch=2", "accum=3", "fthreads=48", "fdchunk=128"};
-#define NTUNING_MALFORMED 9
+#define NTUNING_MALFORMED 10 /* the last: a key given twice (the last value won) */
 #define NBADTUNINGENV ((int)(sizeof bad_tuning_env / sizeof bad_tuning_env[0]))
 
 START_TEST(test_tuning_env_malformed)

@@ -86,6 +86,15 @@ START_TEST(test_table)
         ck_assert(name && *name);
         ck_assert(t.struct_size == sizeof(castle_tuning) && t.block > 0 && t.threads > 0 && t.dchunk > 0);
         ck_assert(castle_tuning_string(&t, ts, sizeof ts) == CASTLE_SUCCESS);
+        /* castle.h: NULL arguments, and any size short of the string (0 too, which said NULL_POINTER) */
+        char small[8] = "unset";
+        ck_assert(castle_tuning_string(NULL, ts, sizeof ts) == CASTLE_ERR_NULL_POINTER);
+        ck_assert(castle_tuning_string(&t, NULL, sizeof ts) == CASTLE_ERR_NULL_POINTER);
+        ck_assert(castle_tuning_string(&t, small, 0) == CASTLE_ERR_INVALID_ARGUMENT && !strcmp(small, "unset"));
+        ck_assert(castle_tuning_string(&t, small, sizeof small) == CASTLE_ERR_INVALID_ARGUMENT);
+        const size_t len = strlen(ts);
+        ck_assert(castle_tuning_string(&t, ts, len) == CASTLE_ERR_INVALID_ARGUMENT);
+        ck_assert(castle_tuning_string(&t, ts, len + 1) == CASTLE_SUCCESS); /* exactly enough */
         for (size_t j = 0; j < i; ++j) {
             const char *other = NULL;
             ck_assert(castle_tuning_table_entry(j, &other, NULL, NULL) == CASTLE_SUCCESS);
