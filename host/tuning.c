@@ -20,8 +20,6 @@ const castle_tuning_param castle__tuning_params[] = {
 #undef CASTLE_PARAM_
 };
 const size_t castle__tuning_nparams = sizeof castle__tuning_params / sizeof castle__tuning_params[0];
-_Static_assert(sizeof castle__tuning_params / sizeof castle__tuning_params[0] <= 64,
-               "parse_tuning marks the keys it has seen in 64 bits");
 
 unsigned *castle__tuning_field(castle_tuning *t, const castle_tuning_param *p)
 {
@@ -299,9 +297,9 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
 /* Parses "key=value[,key=value...]" (keys: the fields of CASTLE_TUNING_PARAMS) over *t.  Values are
    decimal digits only: a sign, an empty value or one above UINT_MAX makes the string malformed, and
    so does a comma with no key after it. */
+/* A key given twice takes its later value (castle.h), so that "<a whole entry>,tm=4" changes one. */
 static bool parse_tuning(const char *s, castle_tuning *t)
 {
-    unsigned long long seen = 0; /* a key given twice is malformed (the first would be lost unsaid) */
     while (*s) {
         const char *eq = strchr(s, '=');
         if (!eq)
@@ -311,9 +309,8 @@ static bool parse_tuning(const char *s, castle_tuning *t)
             if (strlen(castle__tuning_params[i].name) == (size_t)(eq - s) &&
                 !strncmp(s, castle__tuning_params[i].name, (size_t)(eq - s)))
                 p = &castle__tuning_params[i];
-        if (!p || (seen >> (p - castle__tuning_params) & 1u))
+        if (!p)
             return false;
-        seen |= 1ull << (p - castle__tuning_params);
         s = eq + 1;
         if (*s < '0' || *s > '9')
             return false;
@@ -470,8 +467,7 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
         if (!parse_over(env, &t))
             return castle__fail(CASTLE_ERR_BAD_TUNING,
                                 "CASTLE_TUNING='%s' is malformed: expected e.g. "
-                                "'block=32,threads=64,dchunk=16,vector=4,tm=2,tn=1,fold=8,decode=2' (decimal values, "
-                                "each key once)",
+                                "'block=32,threads=64,dchunk=16,vector=4,tm=2,tn=1,fold=8,decode=2' (decimal values)",
                                 env);
         castle__tuning_resolve(&t, info);
         castle_status st = castle__tuning_check(&t, info);

@@ -154,9 +154,10 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
    per-device table (vendor -> device -> default), then the tuning file castle-tune writes
    ($CASTLE_TUNING_FILE, else $XDG_CONFIG_HOME/castle/tuning.tsv, else ~/.config/castle/tuning.tsv;
    the entry for this device name and driver version, if valid), then the environment variable
-   CASTLE_TUNING ("block=32,threads=64,dchunk=16,vector=4,tm=2,tn=1,fold=8,decode=2"; each key at most
-   once; missing keys keep their value; vector, tm, tn, decode, bthreads, btm, stage, accum, fthreads,
-   fdchunk and fregs are re-derived unless given), then
+   CASTLE_TUNING ("block=32,threads=64,dchunk=16,vector=4,tm=2,tn=1,fold=8,decode=2"; missing keys keep
+   their value; a key given twice takes the later value, so "<a whole entry>,tm=4" changes one; vector,
+   tm, tn, decode, bthreads, btm, stage, accum, fthreads, fdchunk and fregs are re-derived unless
+   given), then
    castle_context_set_tuning().
 
    The kernels split every BLK x BLK product of a block pair (and every BLK x dchunk slab) into
