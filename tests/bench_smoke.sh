@@ -83,11 +83,13 @@ if "$bench" --ops sideways >/dev/null 2>&1; then echo "bad --ops accepted"; exit
 rc=0; "$bench" --ops sideways >/dev/null 2>&1 || rc=$?
 [ "$rc" = 2 ] || { echo "bad usage exit status $rc, expected 2"; exit 1; }
 # also bad usage: a run that would measure nothing, a window that does not fit a long (it once wrapped
-# to -1 and failed in the library, exit 1), a head dimension the library does not take
-for bad in "--ops ," "--ops=" "--impls ," "--window 18446744073709551615" "--d 257"; do
+# to -1 and failed in the library, exit 1), a head dimension the library does not take, lists with
+# an empty element (they ran what the other elements named), a batch of 0
+for bad in "--ops ," "--ops=" "--impls ," "--window 18446744073709551615" "--d 257" "--ops forward,,decode" \
+    "--impls causal," "--L 64,,96" "--t ,64" "--batch 0"; do
     rc=0
     # shellcheck disable=SC2086
-    "$bench" $bad --L 64 --heads 1 --repeat 1 --gemm 0 >/dev/null 2>&1 || rc=$?
+    "$bench" --L 64 $bad --heads 1 --repeat 1 --gemm 0 >/dev/null 2>&1 || rc=$?
     [ "$rc" = 2 ] || { echo "castle-bench $bad: exit status $rc, expected 2"; exit 1; }
 done
 echo "castle-bench smoke test passed"

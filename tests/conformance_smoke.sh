@@ -27,7 +27,8 @@ assert [o["op"] for o in dev["ops"]] == ["forward", "causal_decode"], dev["ops"]
 assert all(o["pass"] and o["cases"] > 0 and 0 <= o["worst_err"] <= o["tol"] for o in dev["ops"]), dev["ops"]
 ' "$json" || { echo "bad JSON: $json"; exit 1; }
 # --ops , and --ops= name no operation: a run that checks nothing must not pass (it reported PASS)
-for bad in "--bogus" "--device x:y" "--ops sideways" "--ops ," "--ops=" "--all --device 0:0" "stray"; do
+for bad in "--bogus" "--device x:y" "--ops sideways" "--ops ," "--ops=" "--ops forward,,backward" "--all --device 0:0" \
+    "stray"; do
     rc=0
     # shellcheck disable=SC2086
     "$tool" $bad >/dev/null 2>&1 || rc=$?

@@ -110,7 +110,7 @@ static bool parse_size(const char *s, size_t *v)
 static bool parse_list(const char *s, size_t *out, int *n)
 {
     char buf[512];
-    if (strlen(s) >= sizeof buf)
+    if (strlen(s) >= sizeof buf || !tool_list_whole(s))
         return false;
     strcpy(buf, s);
     *n = 0;
@@ -222,7 +222,7 @@ static int parse_args(int argc, char **argv, options *o)
     if (optind < argc)
         return fail_usage("unexpected argument", argv[optind]);
     if (!o->batch || !o->heads) /* --d's range is checked with its value */
-        return fail_usage("--batch and --heads must be >= 1", "0");
+        return fail_usage("--batch and --heads must be >= 1, got", o->batch ? "--heads 0" : "--batch 0");
     if (!o->nt) {
         o->nt = o->nL;
         memcpy(o->t, o->L, sizeof o->t);

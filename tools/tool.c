@@ -158,12 +158,17 @@ castle_status tool_time(cl_command_queue q, tool_run_fn fn, void *state, long wa
     return st;
 }
 
+bool tool_list_whole(const char *s)
+{
+    return *s && *s != ',' && s[strlen(s) - 1] != ',' && !strstr(s, ",,");
+}
+
 bool tool_parse_names(const char *s, const char *const *names, int count, bool *sel, char *bad, size_t nbad)
 {
     char buf[256];
     if (nbad)
         bad[0] = '\0';
-    if (strlen(s) >= sizeof buf)
+    if (strlen(s) >= sizeof buf || !tool_list_whole(s))
         return false;
     strcpy(buf, s);
     memset(sel, 0, (size_t)count * sizeof(bool));

@@ -65,10 +65,12 @@ double tool_now_ms(void);
    CL_PROFILING_COMMAND_QUEUED and small counters, not nanoseconds, for the others.) */
 bool tool_device_clock(cl_event start, cl_event end, cl_ulong *t0, cl_ulong *t1);
 
+/* Whether the comma list s has no empty element ("", ",16", "16,", "16,,32" have one). */
+bool tool_list_whole(const char *s);
 /* A comma list of names, each one of names[0 .. count), into sel (sel[k]: names[k] is listed).
    False, with sel unspecified, for a list of 256 characters or more, an unknown name (copied into
-   bad, at most nbad - 1 characters; bad is "" otherwise) or a list that names nothing (an option
-   that would select no work is a mistake). */
+   bad, at most nbad - 1 characters; bad is "" otherwise), an empty element, or a list that names
+   nothing (an option that would select no work is a mistake). */
 bool tool_parse_names(const char *s, const char *const *names, int count, bool *sel, char *bad, size_t nbad);
 
 #endif
