@@ -776,6 +776,9 @@ static const usage_case usage_cases[] = {
     {"option without its value", "option '--window' needs a value", {"forward", "--in", "@in", "--out", "@out", "--window"}},
     {"--shape 1,2,3", "--shape needs four positive integers", {"random", "--shape", "1,2,3", "--out", "@out"}},
     {"--shape with a zero", "--shape needs four positive integers", {"random", "--shape", "1,0,3,4", "--out", "@out"}},
+    /* a negative size wrapped and was called too large; a d no operation takes was written */
+    {"--shape with a negative", "--shape needs four positive integers", {"random", "--shape", "1,-2,3,4", "--out", "@out"}},
+    {"--shape with d 257", "--shape's d must be in 1..256", {"random", "--shape", "1,2,3,257", "--out", "@out"}},
     {"random without --shape", "random needs --shape", {"random", "--out", "@out"}},
     {"--seed x", "--seed needs a non-negative integer", {"random", "--shape", "1,1,1,1", "--out", "@out", "--seed", "x"}},
 };

@@ -274,7 +274,7 @@ START_TEST(test_tune_budget)
     snprintf(want, sizeof want, ", %d past --budget 0 s\n", late);
     ck_assert_msg(strstr(out, "candidates: 1 run, 0 failed, ") && strstr(out, want), "%s", out);
     ck_assert_msg(strstr(out, "verified against the fp64 reference"), "%s", out);
-    static const char *const bad[] = {"--budget -1", "--budget x", "--budget 1.5", "--budget", "--d 257"};
+    static const char *const bad[] = {"--budget -1", "--budget x", "--budget 1.5", "--budget", "--d 257", "--L +5"};
     check_bad_usage(bad, sizeof bad / sizeof bad[0]);
 }
 END_TEST

@@ -153,9 +153,14 @@ static int parse_args(int argc, char **argv, options *o)
         }
         case OPT_SHAPE: {
             int used = 0;
-            if (sscanf(v, "%zu,%zu,%zu,%zu%n", &o->shape[0], &o->shape[1], &o->shape[2], &o->shape[3], &used) != 4 ||
-                v[used] || !o->shape[0] || !o->shape[1] || !o->shape[2] || !o->shape[3] || v[0] == '-')
+            /* digits and commas only: %zu would take "-2" (wrapped) and " 2" */
+            if (strspn(v, "0123456789,") != strlen(v) ||
+                sscanf(v, "%zu,%zu,%zu,%zu%n", &o->shape[0], &o->shape[1], &o->shape[2], &o->shape[3], &used) != 4 ||
+                v[used] || !o->shape[0] || !o->shape[1] || !o->shape[2] || !o->shape[3])
                 return usage_error("--shape needs four positive integers B,H,L,d, got '%s'", v);
+            _Static_assert(CASTLE_MAX_HEAD_DIM == 256, "the message below says 256");
+            if (o->shape[3] > CASTLE_MAX_HEAD_DIM) /* inputs no operation takes */
+                return usage_error("--shape's d must be in 1..256 (CASTLE_MAX_HEAD_DIM), got '%s'", v);
             break;
         }
         case OPT_PROMPT:

@@ -85,7 +85,7 @@ static bool parse_count(const char *v, unsigned long long *x)
     char *end;
     errno = 0;
     *x = strtoull(v, &end, 10);
-    return end != v && !*end && !errno && v[0] != '-' && *x > 0 && *x <= 1000000;
+    return end != v && !*end && !errno && v[0] >= '0' && v[0] <= '9' && *x > 0 && *x <= 1000000; /* no sign, no space */
 }
 
 static int parse_args(int argc, char **argv, options *o)
