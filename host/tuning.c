@@ -359,7 +359,8 @@ bool castle__tuning_file_path(char *buf, size_t n)
 }
 
 /* The tuning file's entry for this device and driver, if there is a valid one.  Lines:
-   "<device name>\t<driver version>\tblock=..,threads=..,..."; '#' starts a comment.  An unreadable
+   "<device name>\t<driver version>\tblock=..,threads=..,..."; a line that starts with '#' is a comment
+   (a '#' later in a line is not: such an entry is malformed, as is one with a trailing blank).  An unreadable
    file, an overlong line or a malformed or unfitting entry is ignored; at most
    CASTLE__TUNING_FILE_MAX bytes are read. */
 static bool from_file(const castle_device_info *info, castle_tuning *out)
