@@ -387,8 +387,9 @@ def test_booleans_are_not_integers(rng):
 def test_exit_while_a_daemon_thread_calls():
     """The interpreter exits while a daemon thread keeps calling: the default device's finalizer
     waits for the call in progress, and buffers and caches are not released under it at exit (their
-    finalizers ran at exit before the device's did, under the running call: a segfault in about half
-    of such exits).  The thread's next call raises ValueError; the process exits with status 0."""
+    finalizers ran at exit before the device's did, under the running call: a segfault in 3 of 8 such
+    exits).  The thread's next call raises ValueError; the process exits with status 0.  One thread
+    calls: two on the one queue of a Device deadlock inside PoCL's basic driver (docs/building.md)."""
     import subprocess
     import sys
     script = """if True:
@@ -396,14 +397,14 @@ def test_exit_while_a_daemon_thread_calls():
         x = [np.full((1, 2, 10, 8), 0.5, np.float32) for _ in range(6)]
         c = castle.Cache(1, 2, 8, 100000)
         c.prefill(*x)
-        def loop(step):
+        def loop():
             while True:
-                step()
-        for step in (lambda: castle.forward(*x), lambda: c.decode(*[a[:, :, :1] for a in x])):
-            threading.Thread(target=loop, args=(step,), daemon=True).start()
+                castle.forward(*x)
+                c.decode(*[a[:, :, :1] for a in x])
+        threading.Thread(target=loop, daemon=True).start()
         time.sleep(0.3)
     """
-    for _ in range(4):
+    for _ in range(6):
         r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
 
