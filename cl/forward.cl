@@ -303,8 +303,8 @@ void castle_forward_block(const int k, FORWARD_BLOCK_PARAMS)
    first argument is unused (the per-diagonal kernel's k).  The pair is inlined: as a call
    (FOLD_PAIR, common.cl) it took 72 registers instead of 80 in clang's PTX, but ptxas, inlining the
    call back, left a 32-byte private array on the stack.  One loop over the pairs, (k, j) stepped by
-   hand: with a loop over k around a loop over j, PoCL 3.1's code for this kernel read past its
-   work-group's data and crashed under micro-tiles of at least 2 x 2 vectors of 8 or 16 floats
+   hand: with a loop over k around a loop over j, PoCL 3.1's code for this kernel read past the
+   end of a memory mapping and crashed under micro-tiles of at least 2 x 2 vectors of 8 or 16 floats
    (vector = 8, tm = 4, tn = 2, say), where Oclgrind found nothing amiss and the results agree. */
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_forward_fold(const int unused, FORWARD_BLOCK_PARAMS)
