@@ -232,18 +232,15 @@ class Device:
 
     @property
     def tuning(self):
-        with self._use():
-            return self._tuning()
-
-    def _tuning(self):
         # castle_context_get_tuning writes the library's castle_tuning (struct_size first): a library
         # whose castle_tuning gained fields writes more than _lib.Tuning holds, so it writes into spare
         # room and the known fields are read from its start.
         room = (ctypes.c_char * (ctypes.sizeof(_lib.Tuning) + 256))()
-        _check(lib.castle_context_get_tuning(self._handle, room), "castle_context_get_tuning")
+        with self._use():
+            _check(lib.castle_context_get_tuning(self._handle, room), "castle_context_get_tuning")
+            name = lib.castle_context_tuning_name(self._handle).decode()
         t = _lib.Tuning.from_buffer(room)
-        return {f: getattr(t, f) for f, _ in _lib.Tuning._fields_ if f != "struct_size"} | {
-            "name": lib.castle_context_tuning_name(self._handle).decode()}
+        return {f: getattr(t, f) for f, _ in _lib.Tuning._fields_ if f != "struct_size"} | {"name": name}
 
     def finish(self):
         with self._use():
@@ -641,12 +638,11 @@ class _CacheBase:
 
     def _size(self, call):
         n = ctypes.c_size_t(0)
-        with self._use():
-            _check(call(self._handle, ctypes.byref(n)), call.__name__)
+        self._host_call(call, ctypes.byref(n))
         return n.value
 
     def _host_call(self, call, *args):
-        """A call on the cache that enqueues nothing (lengths, reset)."""
+        """A call on the cache that enqueues nothing (lengths, reset, the sizes)."""
         with self._use():
             _check(call(self._handle, *args), call.__name__)
 
