@@ -296,8 +296,8 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
 
 /* Parses "key=value[,key=value...]" (keys: the fields of CASTLE_TUNING_PARAMS) over *t.  Values are
    decimal digits only: a sign, an empty value or one above UINT_MAX makes the string malformed, and
-   so does a comma with no key after it. */
-/* A key given twice takes its later value (castle.h), so that "<a whole entry>,tm=4" changes one. */
+   so does a comma with no key after it.  A key given twice takes its later value (castle.h), so that
+   "<a whole entry>,tm=4" changes one. */
 static bool parse_tuning(const char *s, castle_tuning *t)
 {
     while (*s) {

@@ -94,7 +94,8 @@ static int parse_args(int argc, char **argv, options *o)
                 return bad[0] ? usage_error("unknown operation in --ops:", bad)
                        : strlen(optarg) >= 256 ? usage_error("--ops is too long:", optarg)
                                                /* a run that checks nothing must not pass */
-                                               : usage_error("--ops names no operation:", optarg);
+                                               : usage_error("--ops names no operation or has an empty element:",
+                                                             optarg);
             break;
         }
         case ':':

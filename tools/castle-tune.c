@@ -347,7 +347,6 @@ static int shape_order(const void *x, const void *y)
     return a->index < b->index ? -1 : a->index > b->index;
 }
 
-/* Writes (or replaces) this device's line in the tuning file. */
 /* mkdir -p of the directory part of path (errors show when the file is opened). */
 static void make_parents(const char *path)
 {
@@ -366,6 +365,7 @@ static void make_parents(const char *path)
     mkdir(dir, 0755);
 }
 
+/* Writes (or replaces) this device's line in the tuning file. */
 static int write_entry(const char *path, const char *device, const char *driver, const castle_tuning *t)
 {
     char *old = NULL;
