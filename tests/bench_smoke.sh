@@ -2,9 +2,10 @@
 # castle-bench end to end on small sizes: one line per (op, impl, size) in the documented format,
 # the gemm line, valid JSON with --json, decode's GB/s against the byte model, --ragged, --interleave's
 # lines and their order, --profile's launch counts and shares, exit 2 on bad usage.  castle-info is taken from castle-bench's folder.
-# usage: bench_smoke.sh <castle-bench>
+# usage: bench_smoke.sh <castle-bench> [<tests/fail_alloc.c's module>]
 set -euo pipefail
 bench=$1
+fail_alloc=${2:-}
 out=$("$bench" --L 64,96 --t 100 --heads 2 --repeat 2 --gemm 64)
 echo "$out"
 n=$(grep -cE '^op=(forward|backward|prefill) impl=(castle|swl|causal) B=1 H=2 L=(64|96) d=64 W=[0-9]+ median_ms=[0-9.]+ gflops=[0-9.]+ clock=(device|host)$' <<<"$out")
@@ -92,4 +93,17 @@ for bad in "--ops ," "--ops=" "--impls ," "--window 18446744073709551615" "--d 2
     "$bench" --L 64 $bad --heads 1 --repeat 1 --gemm 0 >/dev/null 2>&1 || rc=$?
     [ "$rc" = 2 ] || { echo "castle-bench $bad: exit status $rc, expected 2"; exit 1; }
 done
+# a decode whose prompt cannot be allocated (the preloaded module refuses buffers of a prompt
+# tensor's size, B=1 H=1 t=1000 d=64): exit 1 with the library's status; it once released the
+# never-made buffers of the one-token problem and crashed
+if [ -n "$fail_alloc" ]; then
+    for impl in castle causal; do
+        rc=0
+        err=$(env CASTLE_TEST_FAIL_BUFFER_BYTES=256000 LD_PRELOAD="$fail_alloc${LD_PRELOAD:+:$LD_PRELOAD}" \
+            ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+            "$bench" --ops decode --impls $impl --t 1000 --heads 1 --repeat 1 --gemm 0 2>&1 >/dev/null) || rc=$?
+        [ "$rc" = 1 ] && grep -q 'decode failed: CL_MEM_OBJECT_ALLOCATION_FAILURE' <<<"$err" ||
+            { echo "decode ($impl) with its prompt refused: exit status $rc, expected 1: $err"; exit 1; }
+    done
+fi
 echo "castle-bench smoke test passed"

@@ -501,6 +501,8 @@ static castle_status problem_init(problem *p, bench *bn, int impl, size_t L)
     free(host);
     if (err != CL_SUCCESS)
         return (castle_status)err;
+    if (impl == IMPL_CAUSAL)
+        return CASTLE_SUCCESS; /* the causal baseline takes no workspace */
     size_t ws = 0;
     castle_status st = castle_forward_workspace_size(bn->ctx, &p->desc, &ws);
     if (st)
@@ -742,7 +744,7 @@ static int bench_interleaved(bench *bn, size_t L)
 static int bench_decode(bench *bn, int impl, size_t t)
 {
     /* the prompt: t tokens, prefilled once */
-    problem prompt, one;
+    problem prompt, one = {0}; /* released below even where its init never ran */
     castle_status st = problem_init(&prompt, bn, impl, t);
     if (!st)
         st = problem_init(&one, bn, impl, 1);
