@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The sanitizer tier: builds a separate tree and runs the fast suites (ctest label "sanitize")
-# under the sanitizers.
+# The sanitizer tier: builds a separate tree and runs the fast suites under the sanitizers (ctest
+# label "asan", or "tsan").
 #   bash tests/sanitize.sh        ASan + UBSan (-DCASTLE_SANITIZE=ON) in build-sanitize/
 #   bash tests/sanitize.sh tsan   ThreadSanitizer (-DCASTLE_TSAN=ON) in build-tsan/: test_threads
 #   bash tests/sanitize.sh fuzz [SECONDS]   the .npy reader under libFuzzer (default 300 s)

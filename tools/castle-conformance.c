@@ -139,10 +139,12 @@ static void json_string(const char *s)
 
 /* Runs the selected ops on the device `spec`; prints its lines (or its JSON object).  Returns true when
    every case passed. */
-static bool run_device(const options *o, const char *spec, bool first)
+/* Runs the table on the device `open` names (NULL: CASTLE_DEVICE, else 0:0, as the library reads
+   them, so that its messages name where a bad spec came from); `spec` is the name printed. */
+static bool run_device(const options *o, const char *open, const char *spec, bool first)
 {
     castle_context *ctx = NULL;
-    if (tool_open_device("castle-conformance", spec, &ctx)) {
+    if (tool_open_device("castle-conformance", open, &ctx)) {
         if (o->json) {
             printf("%s\n  {\"device\": ", first ? "" : ",");
             json_string(spec);
@@ -265,7 +267,7 @@ int main(int argc, char **argv)
             for (cl_uint d = 0; d < nd && d < 64; ++d) {
                 char spec[32];
                 snprintf(spec, sizeof spec, "%u:%u", p, d);
-                pass = run_device(&o, spec, tested++ == 0) && pass;
+                pass = run_device(&o, spec, spec, tested++ == 0) && pass;
             }
         }
         if (!tested) {
@@ -274,7 +276,7 @@ int main(int argc, char **argv)
         }
     } else {
         const char *spec = o.device ? o.device : getenv("CASTLE_DEVICE");
-        pass = run_device(&o, spec && *spec ? spec : "0:0", true);
+        pass = run_device(&o, o.device, spec && *spec ? spec : "0:0", true);
         tested = 1;
     }
     if (o.json)

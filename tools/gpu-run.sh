@@ -6,7 +6,7 @@
 #   COMMAND  a tool of the build (castle-info, castle-bench, ...) or any command, run with the
 #            bundle's libraries; none: castle-info (self-test), castle-bench at B = 2, H = 16
 #            (L = 1024, 4096, 8192; decode at t = 4096, 32768; SGEMM n = 4096), then the ctest suites
-#            that need no Oclgrind (each step under a time limit)
+#            but the Oclgrind, install and castle-bench ones (each step under a time limit)
 # Puts the build back at /tmp/castle-gpu (where it was built), points the OpenCL ICD loader at the
 # NVIDIA driver's OpenCL library when no vendor file names one, and sets CASTLE_CACHE_DIR (default
 # /tmp/castle-gpu/kernel-cache) and CASTLE_DEVICE (default 0:0).  With $OUT set, everything printed

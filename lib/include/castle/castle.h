@@ -7,6 +7,11 @@
  * Conventions used throughout this header (docs/algorithm.md section 6):
  *   - Tensors are float32, shaped (batch, heads, L, d) and addressed by element strides for batch,
  *     head and row; the last dimension (d) is contiguous.  lse is (batch, heads, L).
+ *   - Tensors and workspaces are OpenCL buffer objects (an image is CASTLE_ERR_INVALID_ARGUMENT).
+ *     An input may not be CL_MEM_WRITE_ONLY, an output not CL_MEM_READ_ONLY; castle_forward's and
+ *     castle_prefill's o, castle_backward's gradients and the workspace are read as well as written
+ *     (the blockwise passes add into them), so they must be CL_MEM_READ_WRITE (the default).  The
+ *     call refuses other flags with CASTLE_ERR_INVALID_ARGUMENT naming the buffer.
  *   - Every call returns a castle_status.  CASTLE_SUCCESS is 0; negative values in the OpenCL range
  *     are OpenCL error codes passed through unchanged; the library's own codes lie in -3000..-3099.
  *     After any failure castle_last_error() gives a one-line message naming the problem.
@@ -28,6 +33,10 @@
 #ifndef CASTLE_CASTLE_H
 #define CASTLE_CASTLE_H
 
+/* The library uses the OpenCL 1.2 API.  Unless the includer has chosen a version, this targets the
+   OpenCL headers at 1.2, for every later include of them too (their include guards keep the first
+   choice): a program that calls OpenCL 2.0 or 3.0 functions defines CL_TARGET_OPENCL_VERSION (say
+   300) before including this header, or includes its OpenCL headers first. */
 #ifndef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 120
 #endif
@@ -198,7 +207,7 @@ CASTLE_API castle_status castle_context_set_launch_observer(castle_context *ctx,
     X(tm, "TM", 1, 8, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                           \
       "rows of a work-item's micro-tile (0: 1 when vector > 1, else 2, narrowed to fit)")                   \
     X(tn, "TN", 1, 8, CASTLE_TUNING_POW2 | CASTLE_TUNING_DERIVE,                                           \
-      "vectors per row of a work-item's micro-tile (0: as tm)")                                             \
+      "vectors per row of a work-item's micro-tile (0: 1 when vector > 1, else as tm; narrowed to fit)")                                             \
     X(fold, NULL, 0, 1024, 0,                                                                              \
       "sequences of at most fold blocks run the whole wavefront in one launch (one work-group per batch "  \
       "entry and head) when batch x heads >= 2 x the device's compute units; 0 never folds")                \
@@ -364,7 +373,7 @@ CASTLE_API castle_status castle_forward(castle_context *ctx, const castle_attent
    token r of QC, KC, VC, QU or d_o leaves d_qc of every earlier token bitwise unchanged, and one in
    QC or d_o every gradient row after r too (and d_qc's other rows); KU and VU enter the forward's
    final D_j, which the backward rolls back by subtraction, so a non-finite value there can reach
-   earlier rows (docs/algorithm.md section 4, "Masks"). */
+   earlier rows (docs/algorithm.md, the end of section 4). */
 CASTLE_API castle_status castle_backward(castle_context *ctx, const castle_attention_desc *desc,
                                          cl_mem qu, cl_mem ku, cl_mem vu, cl_mem qc, cl_mem kc, cl_mem vc,
                                          cl_mem o, cl_mem lse, cl_mem workspace, cl_mem d_o,
