@@ -99,7 +99,7 @@ static castle_status check_call(castle_context *ctx, const castle_cache *cache, 
                                   {cache->qu, "the cache's qU", 0, CASTLE_SUCCESS},
                                   {cache->kc, "the cache's kC", 0, CASTLE_SUCCESS},
                                   {cache->vc, "the cache's vC", 0, CASTLE_SUCCESS}};
-    if ((st = castle__check_call(ctx, p, bufs, used, CASTLE_WRITES_O_LSE, owned, 4)))
+    if ((st = castle__check_call(ctx, p, bufs, used, CASTLE_WRITES_O_LSE, prefill ? 1u << CASTLE_TENSOR_O : 0u, owned, 4)))
         return st;
     return castle__check_queue(ctx, queue, nwait, wait);
 }

@@ -65,7 +65,8 @@ castle_status castle_forward_workspace_size(const castle_context *ctx, const cas
 #define BIT(t) (1u << (t))
 #define FORWARD_TENSORS (BIT(CASTLE_TENSOR_LSE + 1) - 1u) /* QU .. VC, O, LSE */
 #define BACKWARD_TENSORS (BIT(CASTLE_TENSOR_COUNT) - 1u)
-#define BACKWARD_WRITES (BIT(CASTLE_TENSOR_COUNT) - BIT(CASTLE_TENSOR_DQU)) /* d_qu .. d_vc; o, lse are read */
+/* d_qu .. d_vc (o, lse are read); the backward adds to them, so it reads them as well */
+#define BACKWARD_WRITES (BIT(CASTLE_TENSOR_COUNT) - BIT(CASTLE_TENSOR_DQU))
 
 castle_status castle_forward(castle_context *ctx, const castle_attention_desc *desc, cl_mem qu, cl_mem ku, cl_mem vu,
                              cl_mem qc, cl_mem kc, cl_mem vc, cl_mem o, cl_mem lse, cl_mem workspace,
@@ -80,7 +81,7 @@ castle_status castle_forward(castle_context *ctx, const castle_attention_desc *d
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {qu, ku, vu, qc, kc, vc, o, lse};
-    if ((st = castle__check_buffers(ctx, &p, bufs, FORWARD_TENSORS, CASTLE_WRITES_O_LSE, workspace)) ||
+    if ((st = castle__check_buffers(ctx, &p, bufs, FORWARD_TENSORS, CASTLE_WRITES_O_LSE, BIT(CASTLE_TENSOR_O), workspace)) ||
         (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
         return st;
     return castle__schedule_forward(ctx, &p, bufs, workspace, queue, num_wait_events, wait_events, event);
@@ -100,7 +101,7 @@ castle_status castle_backward(castle_context *ctx, const castle_attention_desc *
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {qu, ku, vu, qc, kc, vc, o, lse, d_o, d_qu, d_ku, d_vu, d_qc, d_kc, d_vc};
-    if ((st = castle__check_buffers(ctx, &p, bufs, BACKWARD_TENSORS, BACKWARD_WRITES, workspace)) ||
+    if ((st = castle__check_buffers(ctx, &p, bufs, BACKWARD_TENSORS, BACKWARD_WRITES, BACKWARD_WRITES, workspace)) ||
         (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
         return st;
     return castle__schedule_backward(ctx, &p, bufs, workspace, queue, num_wait_events, wait_events, event);

@@ -27,7 +27,7 @@ castle_status castle_causal_forward(castle_context *ctx, const castle_attention_
                                               [CASTLE_TENSOR_VC] = v,
                                               [CASTLE_TENSOR_O] = o,
                                               [CASTLE_TENSOR_LSE] = lse};
-    if ((st = castle__check_call(ctx, &p, bufs, QKVO | LSE, CASTLE_WRITES_O_LSE, NULL, 0)) ||
+    if ((st = castle__check_call(ctx, &p, bufs, QKVO | LSE, CASTLE_WRITES_O_LSE, 0, NULL, 0)) ||
         (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
         return st;
     return castle__causal_forward(ctx, &p, bufs, queue, num_wait_events, wait_events, event);
@@ -47,7 +47,7 @@ castle_status castle_causal_backward(castle_context *ctx, const castle_attention
         [CASTLE_TENSOR_QC] = q,   [CASTLE_TENSOR_KC] = k,    [CASTLE_TENSOR_VC] = v,
         [CASTLE_TENSOR_O] = o,    [CASTLE_TENSOR_LSE] = lse, [CASTLE_TENSOR_DO] = d_o,
         [CASTLE_TENSOR_DQC] = dq, [CASTLE_TENSOR_DKC] = dk,  [CASTLE_TENSOR_DVC] = dv};
-    if ((st = castle__check_call(ctx, &p, bufs, BACKWARD_TENSORS, GRADIENTS, NULL, 0)) ||
+    if ((st = castle__check_call(ctx, &p, bufs, BACKWARD_TENSORS, GRADIENTS, 0, NULL, 0)) ||
         (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
         return st;
     return castle__causal_backward(ctx, &p, bufs, queue, num_wait_events, wait_events, event);
@@ -106,7 +106,7 @@ static castle_status append(castle_context *ctx, castle_kv_cache *cache, const c
     const castle_owned owned[] = {{cache->k, "the KV cache's keys", 0, CASTLE_SUCCESS},
                                   {cache->v, "the KV cache's values", 0, CASTLE_SUCCESS}};
     if ((st = castle__check_kv_cache_desc(cache, &p)) ||
-        (st = castle__check_call(ctx, &p, bufs, used, CASTLE_WRITES_O_LSE, owned, 2)) ||
+        (st = castle__check_call(ctx, &p, bufs, used, CASTLE_WRITES_O_LSE, 0, owned, 2)) ||
         (st = castle__check_queue(ctx, queue, nwait, wait)))
         return st;
     if (prefill && cache->len > 0)

@@ -195,19 +195,35 @@ castle_status castle__check_workspace_fits(const castle_context *ctx, size_t byt
 }
 
 castle_status castle__check_buffer(const castle_context *ctx, cl_mem buf, size_t floats, const char *name,
-                                   castle_status too_small)
+                                   castle_status too_small, unsigned access)
 {
     if (!buf)
         return castle__fail(CASTLE_ERR_NULL_BUFFER, "buffer %s is NULL", name);
     size_t size = 0;
     cl_context owner = NULL;
+    cl_mem_object_type type = 0;
+    cl_mem_flags flags = 0; /* a sub-buffer reports the access it inherited too */
     cl_int err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL);
     if (err == CL_SUCCESS)
         err = clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(buf, CL_MEM_TYPE, sizeof type, &type, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(buf, CL_MEM_FLAGS, sizeof flags, &flags, NULL);
     if (err != CL_SUCCESS)
-        return castle__fail((castle_status)err, "buffer %s is not a valid cl_mem", name);
+        return castle__fail((castle_status)err, "buffer %s is not a valid cl_mem (clGetMemObjectInfo: %d)", name,
+                            (int)err);
     if (owner != ctx->cl_ctx)
         return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "buffer %s belongs to another OpenCL context", name);
+    if (type != CL_MEM_OBJECT_BUFFER)
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT,
+                            "%s is a memory object of type 0x%x, not a buffer (an image?): the kernels take buffers",
+                            name, (unsigned)type);
+    if ((access & CASTLE_ACCESS_READ) && (flags & CL_MEM_WRITE_ONLY))
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "buffer %s is CL_MEM_WRITE_ONLY; the call reads it%s", name,
+                            (access & CASTLE_ACCESS_WRITE) ? " as well as writing it: create it CL_MEM_READ_WRITE" : "");
+    if ((access & CASTLE_ACCESS_WRITE) && (flags & CL_MEM_READ_ONLY))
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "buffer %s is CL_MEM_READ_ONLY; the call writes it", name);
     if (size / sizeof(float) < floats)
         return castle__fail(too_small, "buffer %s holds %zu bytes; the descriptor needs %zu", name, size, floats * sizeof(float));
     return CASTLE_SUCCESS;
@@ -247,18 +263,21 @@ castle_status castle__check_queue(const castle_context *ctx, cl_command_queue qu
 /* castle__check_call: the tensors' buffers, then no overlap between a tensor the call writes (bit
    in `writes`) or a buffer it owns and anything else it is given. */
 castle_status castle__check_call(const castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
-                                 unsigned used, unsigned writes, const castle_owned *owned, int nowned)
+                                 unsigned used, unsigned writes, unsigned rmw, const castle_owned *owned, int nowned)
 {
     castle_status st;
     if (nowned < 0 || nowned > CASTLE_MAX_OWNED)
         return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "castle__check_call: %d owned buffers", nowned);
-    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t)
-        if ((used >> t & 1u) &&
-            (st = castle__check_buffer(ctx, bufs[t], p->strides[t].s[3], tensor_names[t], CASTLE_ERR_BUFFER_TOO_SMALL)))
+    for (int t = 0; t < CASTLE_TENSOR_COUNT; ++t) {
+        const bool w = writes >> t & 1u, r = !w || (rmw >> t & 1u);
+        const unsigned access = (r ? CASTLE_ACCESS_READ : 0u) | (w ? CASTLE_ACCESS_WRITE : 0u);
+        if ((used >> t & 1u) && (st = castle__check_buffer(ctx, bufs[t], p->strides[t].s[3], tensor_names[t],
+                                                           CASTLE_ERR_BUFFER_TOO_SMALL, access)))
             return st;
+    }
     for (int k = 0; k < nowned; ++k)
-        if (owned[k].floats &&
-            (st = castle__check_buffer(ctx, owned[k].mem, owned[k].floats, owned[k].name, owned[k].too_small)))
+        if (owned[k].floats && (st = castle__check_buffer(ctx, owned[k].mem, owned[k].floats, owned[k].name,
+                                                          owned[k].too_small, CASTLE_ACCESS_READ | CASTLE_ACCESS_WRITE)))
             return st;
     /* Inputs may share memory; an output, or a buffer the call owns, may share memory with nothing.
        Buffers are compared by their root object and byte range, so overlapping sub-buffers are caught
@@ -328,10 +347,10 @@ castle_status castle__check_call(const castle_context *ctx, const castle_problem
 
 castle_status castle__check_buffers(const castle_context *ctx, const castle_problem *p,
                                     const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used, unsigned writes,
-                                    cl_mem workspace)
+                                    unsigned rmw, cl_mem workspace)
 {
     const castle_owned ws = {workspace, "workspace", p->ws_floats, CASTLE_ERR_WORKSPACE_TOO_SMALL};
-    return castle__check_call(ctx, p, bufs, used, writes, &ws, 1);
+    return castle__check_call(ctx, p, bufs, used, writes, rmw, &ws, 1);
 }
 
 /* ---- UQ-KV cache (docs/algorithm.md section 5) ---- */

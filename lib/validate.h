@@ -63,12 +63,16 @@ castle_status castle__check_desc_for(const castle_context *ctx, const castle_att
 castle_status castle__check_castle_len(const castle_problem *p, const char *fn);
 /* CASTLE_ERR_WORKSPACE_TOO_LARGE when a workspace of `bytes` passes the device's largest allocation. */
 castle_status castle__check_workspace_fits(const castle_context *ctx, size_t bytes);
-/* Checks that buf is a cl_mem of ctx holding `floats` floats (else too_small). */
+/* The access a call needs to a buffer (castle__check_buffer's `access`). */
+enum { CASTLE_ACCESS_READ = 1, CASTLE_ACCESS_WRITE = 2 };
+/* Checks that buf is a buffer object (not an image) of ctx holding `floats` floats (else too_small),
+   whose CL_MEM_READ_ONLY / CL_MEM_WRITE_ONLY flags allow the access the call needs. */
 castle_status castle__check_buffer(const castle_context *ctx, cl_mem buf, size_t floats, const char *name,
-                                   castle_status too_small);
+                                   castle_status too_small, unsigned access);
 /* A buffer a call owns besides its tensors (the workspace, a cache's buffers): the call may write it,
    so it may share memory with nothing else the call is given.  floats > 0: it must be a buffer of this
-   context holding that many floats, else too_small; 0: the owner made it (a cache's). */
+   context holding that many floats (else too_small) that the call may read and write; 0: the owner
+   made it (a cache's). */
 typedef struct castle_owned {
     cl_mem mem;
     const char *name;
@@ -78,17 +82,18 @@ typedef struct castle_owned {
 #define CASTLE_MAX_OWNED 4
 /* The tensors a forward, prefill or decode writes (castle__check_call's `writes`): o and lse. */
 #define CASTLE_WRITES_O_LSE ((1u << CASTLE_TENSOR_O) | (1u << CASTLE_TENSOR_LSE))
-/* Checks every tensor t with bit t of `used` set (non-NULL, this context's, large enough for its
-   layout) and the nowned (at most CASTLE_MAX_OWNED) owned buffers, and that no tensor the call writes
-   (bit t of `writes`) and no owned buffer shares memory with another tensor or owned buffer: the one
-   place a call's buffers are checked against each other. */
+/* Checks every tensor t with bit t of `used` set (non-NULL, a buffer of this context, large enough
+   for its layout, readable unless the call only writes it: bit t of `writes` and not of `rmw`, the
+   outputs the call also reads; writable where it writes it) and the nowned (at most CASTLE_MAX_OWNED)
+   owned buffers, and that no tensor the call writes and no owned buffer shares memory with another
+   tensor or owned buffer: the one place a call's buffers are checked against each other. */
 castle_status castle__check_call(const castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
-                                 unsigned used, unsigned writes, const castle_owned *owned, int nowned);
+                                 unsigned used, unsigned writes, unsigned rmw, const castle_owned *owned, int nowned);
 /* castle__check_call with the workspace as the one owned buffer (at least p->ws_floats floats, else
    CASTLE_ERR_WORKSPACE_TOO_SMALL). */
 castle_status castle__check_buffers(const castle_context *ctx, const castle_problem *p,
                                     const cl_mem bufs[CASTLE_TENSOR_COUNT], unsigned used, unsigned writes,
-                                    cl_mem workspace);
+                                    unsigned rmw, cl_mem workspace);
 /* Clears the thread's last error, then checks the caller's pointers: CASTLE_ERR_NULL_POINTER naming
    the first of a (named an) and b (named bn; bn = NULL: no second pointer) that is NULL, in function fn.
    The entry check of the small API functions (getters, resets). */

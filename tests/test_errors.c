@@ -73,7 +73,8 @@ static void env_restore(const char *name, char *saved)
 /* ---- buffers ------------------------------------------------------------------------------- */
 
 /* A buffer of `bytes`, filled with SENTINEL (fill < 0) or with test data for tensor `fill`. */
-static cl_mem new_buf(cl_context clc, size_t bytes, int fill)
+/* A buffer of `bytes` with the given access flags, filled as new_buf fills it. */
+static cl_mem new_buf_flags(cl_context clc, size_t bytes, int fill, cl_mem_flags flags)
 {
     const size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
     float *host = malloc(n * sizeof(float));
@@ -81,11 +82,14 @@ static cl_mem new_buf(cl_context clc, size_t bytes, int fill)
     for (size_t i = 0; i < n; ++i)
         host[i] = fill < 0 ? SENTINEL : (float)h_value(42, (unsigned)fill, 0, 0, 0, i);
     cl_int err = CL_SUCCESS;
-    cl_mem m = clCreateBuffer(clc, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, host, &err);
+    cl_mem m = clCreateBuffer(clc, flags | CL_MEM_COPY_HOST_PTR, bytes, host, &err);
     free(host);
     ck_assert_msg(m != NULL, "clCreateBuffer(%zu bytes) failed: %d", bytes, (int)err);
     return m;
 }
+
+/* A read-write buffer of `bytes`: values h_value(42, fill, ...) (fill >= 0) or SENTINEL (fill < 0). */
+static cl_mem new_buf(cl_context clc, size_t bytes, int fill) { return new_buf_flags(clc, bytes, fill, CL_MEM_READ_WRITE); }
 
 static size_t mem_size(cl_mem m)
 {
@@ -1042,6 +1046,96 @@ START_TEST(test_buffer_other_context)
 }
 END_TEST
 
+/* Access flags: each buffer created with the one flag the call cannot use (an input
+   CL_MEM_WRITE_ONLY; o CL_MEM_WRITE_ONLY: the forward adds into it; lse and the workspace
+   CL_MEM_READ_ONLY): refused, naming the buffer, with nothing written.  Kernels reading a
+   write-only buffer or writing a read-only one are undefined behaviour (Oclgrind reports them). */
+START_TEST(test_buffer_access)
+{
+    fx f;
+    fx_setup(&f);
+    const bool input = _i < CASTLE_TENSOR_O;
+    const cl_mem_flags flags = input || _i == CASTLE_TENSOR_O ? CL_MEM_WRITE_ONLY : CL_MEM_READ_ONLY;
+    cl_mem m = new_buf_flags(f.clc, f.bytes[_i], -1, flags);
+    fwd_args a = fx_args(&f);
+    a.buf[_i] = m;
+    char mention[96], what[64];
+    snprintf(mention, sizeof mention, "buffer %s is %s", buf_names[_i],
+             flags == CL_MEM_WRITE_ONLY ? "CL_MEM_WRITE_ONLY" : "CL_MEM_READ_ONLY");
+    snprintf(what, sizeof what, "%s with the wrong access flag", buf_names[_i]);
+    expect_reject(&f, &a, CASTLE_ERR_INVALID_ARGUMENT, mention, what);
+    clReleaseMemObject(m);
+    fx_teardown(&f);
+}
+END_TEST
+
+/* The flags a call can use are taken: read-only inputs and a write-only lse (the forward only writes
+   it); o read-only is refused; the backward's gradients, which it adds into, must be readable; the
+   causal forward, which only writes o and lse, takes them write-only; an image is no tensor. */
+START_TEST(test_buffer_access_kinds)
+{
+    fx f;
+    fx_setup(&f);
+    cl_int err = CL_SUCCESS;
+    fwd_args a = fx_args(&f);
+    cl_mem ro[6], lse_w = new_buf_flags(f.clc, f.bytes[CASTLE_TENSOR_LSE], -1, CL_MEM_WRITE_ONLY);
+    for (int t = 0; t < 6; ++t)
+        a.buf[t] = ro[t] = new_buf_flags(f.clc, f.bytes[t], t, CL_MEM_READ_ONLY);
+    a.buf[CASTLE_TENSOR_LSE] = lse_w;
+    expect_success(&f, &a, "read-only inputs, write-only lse");
+    fx_reset_outputs(&f);
+
+    a = fx_args(&f);
+    cl_mem o_r = new_buf_flags(f.clc, f.bytes[CASTLE_TENSOR_O], -1, CL_MEM_READ_ONLY);
+    a.buf[CASTLE_TENSOR_O] = o_r;
+    expect_reject(&f, &a, CASTLE_ERR_INVALID_ARGUMENT, "buffer o is CL_MEM_READ_ONLY; the call writes it",
+                  "read-only o");
+    clReleaseMemObject(o_r);
+
+    /* the backward: d_qc write-only is refused (it is read too), before anything runs */
+    cl_mem g[7];
+    for (int t = 0; t < 7; ++t)
+        g[t] = new_buf_flags(f.clc, f.bytes[0], -1, t == 4 ? CL_MEM_WRITE_ONLY : CL_MEM_READ_WRITE);
+    castle_status st = castle_backward(f.ctx, &f.desc, f.buf[0], f.buf[1], f.buf[2], f.buf[3], f.buf[4], f.buf[5],
+                                       f.buf[6], f.buf[7], f.buf[WS], g[0], g[1], g[2], g[3], g[4], g[5], g[6], f.q,
+                                       0, NULL, NULL);
+    check_status(st, CASTLE_ERR_INVALID_ARGUMENT, "buffer d_qc is CL_MEM_WRITE_ONLY; the call reads it as well",
+                 "castle_backward with a write-only d_qc");
+
+    /* the causal forward only writes: write-only o and lse are taken */
+    cl_mem o_w = new_buf_flags(f.clc, f.bytes[CASTLE_TENSOR_O], -1, CL_MEM_WRITE_ONLY);
+    st = castle_causal_forward(f.ctx, &f.desc, ro[3], ro[4], ro[5], o_w, lse_w, f.q, 0, NULL, NULL);
+    check_status(st, CASTLE_SUCCESS, NULL, "castle_causal_forward with write-only outputs");
+    ck_assert_int_eq(clFinish(f.q), CL_SUCCESS);
+
+    /* an image in a tensor's place */
+    cl_bool images = CL_FALSE;
+    cl_device_id dev = castle_context_device(f.ctx);
+    ck_assert_int_eq(clGetDeviceInfo(dev, CL_DEVICE_IMAGE_SUPPORT, sizeof images, &images, NULL), CL_SUCCESS);
+    if (images) {
+        const cl_image_format fmt = {CL_R, CL_FLOAT};
+        cl_image_desc id;
+        memset(&id, 0, sizeof id);
+        id.image_type = CL_MEM_OBJECT_IMAGE2D;
+        id.image_width = 64;
+        id.image_height = 64; /* 16 KiB: larger than any tensor of the fixture */
+        cl_mem img = clCreateImage(f.clc, CL_MEM_READ_WRITE, &fmt, &id, NULL, &err);
+        ck_assert_msg(img != NULL, "clCreateImage: %d", (int)err);
+        a = fx_args(&f);
+        a.buf[CASTLE_TENSOR_QC] = img;
+        expect_reject(&f, &a, CASTLE_ERR_INVALID_ARGUMENT, "qc is a memory object of type", "an image as qc");
+        clReleaseMemObject(img);
+    }
+    for (int t = 0; t < 7; ++t)
+        clReleaseMemObject(g[t]);
+    for (int t = 0; t < 6; ++t)
+        clReleaseMemObject(ro[t]);
+    clReleaseMemObject(o_w);
+    clReleaseMemObject(lse_w);
+    fx_teardown(&f);
+}
+END_TEST
+
 /* o (and lse, workspace) passed as the same cl_mem as another argument.  Where the aliased buffer is
    smaller than the output needs, the larger one is passed in the input's place. */
 START_TEST(test_output_aliases)
@@ -1909,6 +2003,8 @@ Suite *errors_suite(void)
     tcase_add_test(tc, test_queue_other_context);
     tcase_add_test(tc, test_wait_list_other_context);
     tcase_add_loop_test(tc, test_buffer_other_context, 0, NBUF);
+    tcase_add_loop_test(tc, test_buffer_access, 0, NBUF);
+    tcase_add_test(tc, test_buffer_access_kinds);
     tcase_add_test(tc, test_output_aliases);
     tcase_add_test(tc, test_subbuffer_overlap);
     tcase_add_test(tc, test_host_ptr_overlap);
