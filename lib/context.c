@@ -149,7 +149,10 @@ castle_status castle_context_create_default(const char *device_spec, castle_cont
     cl_platform_id plats[64];
     if (np > 64)
         np = 64;
-    clGetPlatformIDs(np, plats, NULL);
+    cl_uint listed = 0; /* the count may change between the two calls: use what the second one lists */
+    if ((err = clGetPlatformIDs(np, plats, &listed)) != CL_SUCCESS)
+        return castle__cl_fail(err, "clGetPlatformIDs");
+    np = listed < np ? listed : np;
     cl_device_id device = NULL;
     long flat_index = 0;
     for (cl_uint p = 0; p < np && !device; ++p) {
@@ -161,7 +164,10 @@ castle_status castle_context_create_default(const char *device_spec, castle_cont
         cl_device_id devs[64];
         if (nd > 64)
             nd = 64;
-        clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL);
+        cl_uint got = 0;
+        if ((err = clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, &got)) != CL_SUCCESS)
+            return castle__cl_fail(err, "clGetDeviceIDs");
+        nd = got < nd ? got : nd;
         for (cl_uint d = 0; d < nd; ++d, ++flat_index)
             if ((flat && flat_index == pi) || (!flat && (long)d == di)) {
                 device = devs[d];

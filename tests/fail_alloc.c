@@ -6,7 +6,9 @@
  * clCreateBuffer: a request of at least CASTLE_TEST_FAIL_BUFFER_BYTES bytes fails with
  * CL_MEM_OBJECT_ALLOCATION_FAILURE, as a driver out of memory would; every other request (and every
  * request when the variable is unset or not a whole number) goes to the real clCreateBuffer, found
- * with dlsym(RTLD_NEXT).  Used by test_cli. */
+ * with dlsym(RTLD_NEXT).  Likewise CASTLE_TEST_FAIL_LISTING=platforms (or devices) makes the call of
+ * clGetPlatformIDs (clGetDeviceIDs) that lists the objects, the one given an array, fail with
+ * CL_OUT_OF_HOST_MEMORY, while the count query before it succeeds.  Used by test_cli. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* RTLD_NEXT */
 #endif
@@ -15,6 +17,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef cl_mem(CL_API_CALL *create_buffer_fn)(cl_context, cl_mem_flags, size_t, void *, cl_int *);
 
@@ -47,4 +50,33 @@ CL_API_ENTRY cl_mem CL_API_CALL clCreateBuffer(cl_context context, cl_mem_flags 
         return NULL;
     }
     return real(context, flags, size, host_ptr, errcode_ret);
+}
+
+/* True when CASTLE_TEST_FAIL_LISTING names `what`. */
+static int fail_listing(const char *what)
+{
+    const char *s = getenv("CASTLE_TEST_FAIL_LISTING");
+    return s && !strcmp(s, what);
+}
+
+typedef cl_int(CL_API_CALL *get_platforms_fn)(cl_uint, cl_platform_id *, cl_uint *);
+typedef cl_int(CL_API_CALL *get_devices_fn)(cl_platform_id, cl_device_type, cl_uint, cl_device_id *, cl_uint *);
+
+CL_API_ENTRY cl_int CL_API_CALL clGetPlatformIDs(cl_uint num_entries, cl_platform_id *platforms, cl_uint *num_platforms)
+{
+    if (platforms && fail_listing("platforms"))
+        return CL_OUT_OF_HOST_MEMORY;
+    get_platforms_fn real;
+    *(void **)&real = dlsym(RTLD_NEXT, "clGetPlatformIDs");
+    return real ? real(num_entries, platforms, num_platforms) : CL_OUT_OF_HOST_MEMORY;
+}
+
+CL_API_ENTRY cl_int CL_API_CALL clGetDeviceIDs(cl_platform_id platform, cl_device_type type, cl_uint num_entries,
+                                               cl_device_id *devices, cl_uint *num_devices)
+{
+    if (devices && fail_listing("devices"))
+        return CL_OUT_OF_HOST_MEMORY;
+    get_devices_fn real;
+    *(void **)&real = dlsym(RTLD_NEXT, "clGetDeviceIDs");
+    return real ? real(platform, type, num_entries, devices, num_devices) : CL_OUT_OF_HOST_MEMORY;
 }

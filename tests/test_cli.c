@@ -941,6 +941,37 @@ static void run_preloaded(cli_result *r, const char *dir, const char *cmd, const
               (const char *const[]){e_bytes, e_preload, e_asan, NULL});
 }
 
+/* OpenCL failing to list its platforms or a platform's devices after counting them (tests/fail_alloc.c,
+   CASTLE_TEST_FAIL_LISTING): castle-run exits 1 with the library's message naming the call, and
+   writes nothing.  The library once went on with the unfilled arrays (a crash in clCreateContext). */
+START_TEST(test_listing_failure)
+{
+    const char *what = _i ? "devices" : "platforms", *call = _i ? "clGetDeviceIDs" : "clGetPlatformIDs";
+    const size_t shape[4] = {1, 1, 8, 4};
+    char dir[PATH_CAP], in[PATH_CAP], out[PATH_CAP], e_fail[64], e_preload[PATH_CAP], e_asan[PATH_CAP];
+    new_dir(dir);
+    make_dir(in, dir, "in");
+    join(out, dir, "out");
+    free(write_inputs(in, 8, shape));
+    const char *asan = getenv("ASAN_OPTIONS"), *preload = getenv("LD_PRELOAD");
+    snprintf(e_fail, sizeof e_fail, "CASTLE_TEST_FAIL_LISTING=%s", what);
+    int n = snprintf(e_preload, sizeof e_preload, "LD_PRELOAD=%s%s%s", CASTLE_FAIL_ALLOC_PATH,
+                     preload && preload[0] ? ":" : "", preload ? preload : "");
+    ck_assert(n > 0 && n < (int)sizeof e_preload);
+    n = snprintf(e_asan, sizeof e_asan, "ASAN_OPTIONS=%s%sverify_asan_link_order=0", asan ? asan : "",
+                 asan && asan[0] ? ":" : "");
+    ck_assert(n > 0 && n < (int)sizeof e_asan);
+    cli_result r;
+    cli_runve(&r, dir, (const char *const[]){"forward", "--in", in, "--out", out, NULL},
+              (const char *const[]){e_fail, e_preload, e_asan, NULL});
+    char phrase[96];
+    snprintf(phrase, sizeof phrase, "%s failed", call);
+    expect(&r, 1, phrase, what);
+    ck_assert_msg(!exists(out), "listing %s failed: the output directory was created", what);
+    cli_free(&r);
+}
+END_TEST
+
 START_TEST(test_allocation_failure_named)
 {
     const alloc_case *ac = &alloc_cases[_i];
@@ -1021,6 +1052,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_no_such_device);
     tcase_add_test(tc, test_build_failure_log);
     tcase_add_loop_test(tc, test_allocation_failure_named, 0, (int)(sizeof alloc_cases / sizeof alloc_cases[0]));
+    tcase_add_loop_test(tc, test_listing_failure, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }
