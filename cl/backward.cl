@@ -86,8 +86,14 @@
 /* The columns of d a phase's steps cover: d rounded up to a multiple of c, DT or the slab (zeros beyond d). */
 #define BW_PAD(c) ((d + (c) - 1) / (c) * (c))
 
-/* SiLU'(x) from g = sigmoid(x), the value castle_silu_v(x) = x g is computed from (one exp for both). */
-inline vfloat castle_silu_grad_g(vfloat x, vfloat g) { return g * ((vfloat)(1.0f) + x * ((vfloat)(1.0f) - g)); }
+/* SiLU'(x) from g = sigmoid(x), the value castle_silu_g(x, g) is computed from (one exp for both),
+   with its limits 0 at x = -inf and 1 at +inf (where the product is 0 x inf = NaN). */
+inline vfloat castle_silu_grad_g(vfloat x, vfloat g)
+{
+    const vfloat v = g * ((vfloat)(1.0f) + x * ((vfloat)(1.0f) - g));
+    return select(select(v, (vfloat)(0.0f), VISLESS(x, (vfloat)(-FLT_MAX))), (vfloat)(1.0f),
+                  VISGREATER(x, (vfloat)(FLT_MAX)));
+}
 
 /* out = (first ? 0 : out) + v over the first n (<= VW) floats at p. */
 __attribute__((always_inline)) inline void accumulate(__global float *p, int n, bool first, vfloat v)
@@ -370,8 +376,8 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
         ACC_UNROLL for (int e = 0; e < MT_ACC; ++e) {
             const int rr = MT_EROW(row0, e), cv = MT_ECOL(col0, e);
             const int t = t0 + rr;
-            const vfloat gs = castle_sigmoid_v(su[e]); /* the forward's castle_silu_v(su) = su gs */
-            const vfloat a = sc * s1[m][e] - su[e] * gs;
+            const vfloat gs = castle_sigmoid_v(su[e]); /* the forward's castle_silu_v(su) = castle_silu_g(su, gs) */
+            const vfloat a = sc * s1[m][e] - castle_silu_g(su[e], gs);
             const vfloat sv = (float)(s0 + cv) + lane;
             const vint masked = VISGREATEREQ(sv, (vfloat)(float)L) |
                                 (diag ? VISGREATER(sv, (vfloat)(float)t) : VFALSE) | (t >= L ? VTRUE : VFALSE);

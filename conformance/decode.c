@@ -95,12 +95,13 @@ bool conf_io_collect(cl_command_queue q, conf_call_io *io, const size_t *base, c
 
 cl_mem conf_io_buf(const conf_call_io *io, int t) { return io->g[t].view; }
 
-/* The case's inputs: h_value(seed, tensor, ...) scaled by mag. */
+/* The case's inputs: h_value(seed, tensor, ...) scaled by mag, or h_input_hook's. */
 static float seq_value(const void *user, unsigned t, size_t b, size_t h, size_t pos, size_t r, size_t e)
 {
     const seq *s = user;
     (void)r;
-    return (float)(s->mag * h_value(s->seed, t, b, h, pos, e));
+    const double v = s->mag * h_value(s->seed, t, b, h, pos, e);
+    return (float)(h_input_hook ? h_input_hook((int)t, b, h, pos, e, (double)(float)v) : v);
 }
 
 size_t conf_decode_capacity(const conf_dec_case *c)

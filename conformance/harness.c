@@ -183,6 +183,23 @@ static double max_err(const float *got, const double *ref, size_t n, double floo
 }
 
 h_poison h_poisoned = {-1, 0, 0.0f};
+h_input_fn h_input_hook = NULL;
+
+double h_overflow_lookahead(int tensor, size_t b, size_t h, size_t row, size_t col, double value)
+{
+    (void)b, (void)h, (void)col;
+    switch (tensor) {
+    case CASTLE_TENSOR_VU:
+        return row >= 1 && row <= 63 ? 1e19 : 0.0;
+    case CASTLE_TENSOR_QC:
+        return row == 64 ? -1e19 : 0.0;
+    case CASTLE_TENSOR_VC:
+    case 6: /* dO */
+        return value;
+    default:
+        return 0.0;
+    }
+}
 
 /* A case's buffers: one per castle_tensor, then the workspace. */
 enum { WS = CASTLE_TENSOR_COUNT };
@@ -251,11 +268,14 @@ static castle_status run_case(castle_context *ctx, cl_command_queue q, const h_f
         for (size_t b = 0; b < B; ++b)
             for (size_t h = 0; h < H; ++h)
                 for (size_t r = 0; r < L; ++r)
-                    for (size_t e = 0; e < d; ++e) /* representable in float: the device sees the same */
-                        logical[(size_t)t * n + ((b * H + h) * L + r) * d + e] =
-                            (t == h_poisoned.tensor && r == h_poisoned.row)
-                                ? (double)h_poisoned.value
-                                : (double)(float)((t == 6 ? 1.0 : c->mag) * h_value(c->seed, (unsigned)t, b, h, r, e));
+                    for (size_t e = 0; e < d; ++e) { /* representable in float: the device sees the same */
+                        double v = (t == h_poisoned.tensor && r == h_poisoned.row)
+                                       ? (double)h_poisoned.value
+                                       : (double)(float)((t == 6 ? 1.0 : c->mag) * h_value(c->seed, (unsigned)t, b, h, r, e));
+                        if (h_input_hook)
+                            v = (double)(float)h_input_hook(t, b, h, r, e, v);
+                        logical[(size_t)t * n + ((b * H + h) * L + r) * d + e] = v;
+                    }
 
     for (int t = 0; t < NT_; ++t) {
         const size_t width = t == CASTLE_TENSOR_LSE ? 1 : d;

@@ -74,6 +74,18 @@ typedef struct h_poison {
     float value;
 } h_poison;
 extern h_poison h_poisoned;
+/* When set, every input value h_run_forward and h_run_backward plant (tensor 0..5 = QU..VC, 6 = dO;
+   `value` the one they would plant) is hook(tensor, b, h, row, col, value), rounded to float, in
+   the device's inputs and the references' alike: inputs built by hand.  NULL (the initial value):
+   none. */
+typedef double (*h_input_fn)(int tensor, size_t b, size_t h, size_t row, size_t col, double value);
+extern h_input_fn h_input_hook;
+/* An h_input_fn for sequences of at least 65 tokens whose lookahead score overflows float32 before it
+   is scaled: vU = 1e19 at tokens 1..63, qC = -1e19 at token 64, QU, KU, QC (elsewhere) and KC zero
+   (every allowed gate 1/2), VC and dO as planted.  The lookahead key of token s < 64 seen by token
+   64 is 0.5e19 (63 - s), so qC_64 . u is about -3e39: -inf in float32, whose SiLU has the limit 0;
+   the exact outputs and gradients are finite. */
+double h_overflow_lookahead(int tensor, size_t b, size_t h, size_t row, size_t col, double value);
 
 /* Which fp64 reference the backward is compared with. */
 typedef enum h_grad_ref {

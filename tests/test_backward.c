@@ -171,6 +171,28 @@ START_TEST(test_magnitudes)
 }
 END_TEST
 
+/* A lookahead score that overflows float32 before it is scaled (h_overflow_lookahead: qC . u about
+   -3e39 at token 64, scale 1e-3): its SiLU is 0 in the limit, so O, lse and every gradient are
+   finite and within their tolerances of the fp64 references.  SiLU computed as x sigmoid(x) gave
+   -inf x 0 = NaN (token 64's O and lse), and SiLU' gave NaN in 64 rows of the gradients. */
+START_TEST(test_overflowing_score)
+{
+    const h_fwd_case c = {1, 1, 70, 1 + 7 * (size_t)_i, 0, H_BHLD, 1, 1e-3f, 31};
+    h_fwd_out fo, bo;
+    h_input_hook = h_overflow_lookahead;
+    castle_status sf = h_run_forward(h_context(), h_queue(), &c, true, false, &fo);
+    castle_status sb = h_run_backward(h_context(), h_queue(), &c, H_GRAD_EXACT, false, &bo);
+    h_input_hook = NULL;
+    ck_assert_msg(sf == CASTLE_SUCCESS && sb == CASTLE_SUCCESS, "%s", castle_last_error());
+    ck_assert_msg(fo.finite && fo.guards_ok, "d=%zu: the forward's outputs are not finite", c.d);
+    ck_assert_msg(fo.err_o <= FORWARD_TOL && fo.err_lse <= FORWARD_TOL, "d=%zu: forward error o %.3g, lse %.3g", c.d,
+                  fo.err_o, fo.err_lse);
+    ck_assert_msg(bo.finite && bo.guards_ok, "d=%zu: the gradients are not finite", c.d);
+    for (int k = 0; k < 6; ++k)
+        ck_assert_msg(bo.err_grad[k] <= BACKWARD_TOL, "d=%zu: %s error %.3g", c.d, grad_names[k], bo.err_grad[k]);
+}
+END_TEST
+
 /* Causality in floating point: a NaN or Inf at token r of one input leaves bitwise
    unchanged every gradient row that cannot depend on it.  The gradient row q of any input sums terms
    of the rows t >= q only (docs/algorithm.md section 1: O_t depends on tokens <= t), and:
@@ -243,6 +265,7 @@ int main(void)
     tc = tcase_create("magnitudes");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_magnitudes, 0, 8);
+    tcase_add_loop_test(tc, test_overflowing_score, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("causality");
     tcase_set_timeout(tc, 600);

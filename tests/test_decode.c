@@ -340,6 +340,39 @@ START_TEST(test_invariants)
 }
 END_TEST
 
+/* A lookahead score that overflows float32 before it is scaled (h_overflow_lookahead): token 64
+   decoded after a prompt of 64 tokens, then token 65, give castle_forward's finite rows (DECODE_TOL),
+   and the forward the fp64 reference's.  castle_silu as x sigmoid(x) gave -inf x 0 = NaN there. */
+START_TEST(test_overflowing_score)
+{
+    const conf_dec_case c = {1, 1, 1 + 7 * (size_t)_i, 0, {64, 0}, 2, 1, 0, H_BHLD, true, 31, true};
+    const size_t cap = conf_decode_capacity(&c), d = c.d;
+    float *o = calloc(cap * d, sizeof *o), *lse = calloc(cap, sizeof *lse);
+    ck_assert(o && lse);
+    bool guards = false;
+    const h_fwd_case fc = {1, 1, cap, d, 0, H_BHLD, 1, 0, c.seed};
+    h_fwd_out fo;
+    h_input_hook = h_overflow_lookahead;
+    castle_status sd = conf_run_decode(h_context(), &c, o, lse, &guards, NULL);
+    castle_status sf = h_run_forward(h_context(), h_queue(), &fc, true, true, &fo);
+    h_input_hook = NULL;
+    ck_assert_msg(sd == CASTLE_SUCCESS && sf == CASTLE_SUCCESS, "%s", castle_last_error());
+    ck_assert_msg(guards && fo.guards_ok && fo.finite, "d=%zu: guards or a non-finite forward", d);
+    ck_assert_msg(fo.err_o <= FORWARD_TOL && fo.err_lse <= FORWARD_TOL, "d=%zu: forward error o %.3g, lse %.3g", d,
+                  fo.err_o, fo.err_lse);
+    for (size_t t = 64; t < cap; ++t) {
+        ck_assert_msg(isfinite(lse[t]) && fabs(lse[t] - fo.lse[t]) <= DECODE_TOL, "d=%zu token %zu: lse %g, forward %g",
+                      d, t, (double)lse[t], (double)fo.lse[t]);
+        for (size_t e = 0; e < d; ++e)
+            ck_assert_msg(isfinite(o[t * d + e]) && fabs(o[t * d + e] - fo.o[t * d + e]) <= DECODE_TOL,
+                          "d=%zu token %zu: o %g, forward %g", d, t, (double)o[t * d + e], (double)fo.o[t * d + e]);
+    }
+    h_fwd_out_free(&fo);
+    free(o);
+    free(lse);
+}
+END_TEST
+
 /* Decoding from an empty cache (P = 0) equals the forward; so does it after a reset of a used cache. */
 START_TEST(test_from_empty)
 {
@@ -799,6 +832,7 @@ Suite *decode_suite(void)
     CONFORMANCE_LOOP(tc, test_conformance_chunked, CONF_DECODE_CHUNKED);
     tcase_add_loop_test(tc, test_invariants, 0, NCASES);
     tcase_add_test(tc, test_from_empty);
+    tcase_add_loop_test(tc, test_overflowing_score, 0, 2);
     tcase_add_test(tc, test_out_of_order_queue);
     tcase_add_loop_test(tc, test_causality, 0, 2);
     suite_add_tcase(s, tc);
