@@ -108,14 +108,20 @@ inline float cc_hsum(cc_vec x)
     return r;
 }
 
-/* a . b over d elements. */
+/* Delta = a . b (dO . O) over d elements as one chain, c ascending: the order in which cc_scores sums
+   dP = dO V^T (mt_product), so that dP - Delta is exactly 0 where a row's softmax is one-hot (O is
+   then one row of V): the gradient of a saturated softmax is 0, not rounding noise times sc |k|. */
 inline float cc_row_dot(__global const float *a, __global const float *b, int d)
 {
-    cc_vec s = 0.0f;
+    float r = 0.0f;
     int c = 0;
-    for (; c + CC_VK <= d; c += CC_VK)
-        s += CC_LOAD(a + c) * CC_LOAD(b + c);
-    float r = cc_hsum(s);
+    for (; c + 4 <= d; c += 4) { /* four columns per pair of vector loads, the same chain */
+        const float4 x = vload4(0, a + c), y = vload4(0, b + c);
+        r += x.s0 * y.s0;
+        r += x.s1 * y.s1;
+        r += x.s2 * y.s2;
+        r += x.s3 * y.s3;
+    }
     for (; c < d; ++c)
         r += a[c] * b[c];
     return r;
@@ -827,7 +833,12 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
                     const int e = m * MT_ACC + MT_E(i, j), c = col0 + j * VW;
                     /* key s0 + c + lane > query q0 + row: compared as a small difference, exact in float */
                     const vint masked = VISGREATER(lane, (vfloat)(float)clamp(q0 + row - s0 - c, -1, BLK));
-                    vfloat p = select(exp(s[e] * sc - lr), (vfloat)(0.0f), masked);
+                    /* the scaled score as its own statement: rounded, as the forward's is, before lse is
+                       subtracted (in one expression a compiler may fuse the two into an FMA, and the P of
+                       a saturated row is then not the one the forward normalised: errors of 1e-2 in dv
+                       at magnitude 1000 where sc is no power of 2) */
+                    const vfloat x = s[e] * sc;
+                    vfloat p = select(exp(x - lr), (vfloat)(0.0f), masked);
                     vfloat ds = select(p * (g[e] - dr), (vfloat)(0.0f), masked);
                     if (row >= qrows)
                         p = ds = (vfloat)(0.0f);
@@ -918,7 +929,8 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
                     const int e = m * MT_ACC + MT_E(i, j);
                     /* key s0 + row0 + i > query q0 + c + lane: compared as a small difference */
                     const vint masked = VISGREATER((vfloat)(float)clamp(s0 + row0 + i - q0 - c, -1, BLK), lane);
-                    VSTORE(select(exp(s[e] * sc - lr) * (g[e] - dr), (vfloat)(0.0f), masked),
+                    const vfloat x = s[e] * sc; /* rounded before lse is subtracted, as in the key side */
+                    VSTORE(select(exp(x - lr) * (g[e] - dr), (vfloat)(0.0f), masked),
                            sD + (row0 + i) * BLK + c);
                 }
             }
