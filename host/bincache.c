@@ -11,6 +11,7 @@
 #include "bincache.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,9 +123,11 @@ bool castle__bincache_load(const char *const *parts, int nparts, unsigned char *
         return false;
     FILE *f = castle__open_regular(path, (size_t)1 << 31, NULL, NULL);
     if (!f) {
-        /* anything else at this path (a directory left empty, a FIFO) goes, so that the entry can be
-           stored again; a missing file is the usual miss */
-        if (errno != ENOENT)
+        /* something that is no entry at this path (a directory left empty, a FIFO, a file larger
+           than any entry) goes, so that the entry can be stored again; a missing file is the usual
+           miss, and an entry this process may not read (another user's) or could not open now (no
+           file descriptor left) stays: it may be good */
+        if (errno == EISDIR || errno == EINVAL || errno == EFBIG)
             remove(path);
         return false;
     }
@@ -164,11 +167,21 @@ void castle__bincache_store(const char *const *parts, int nparts, const unsigned
     char path[4200], tmp[4300];
     if (!entry_path(parts, nparts, path, sizeof path))
         return;
-    /* mkstemp: a name no other writer (thread or process) has, so concurrent stores never share
-       a temporary file */
-    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp)
-        return;
-    int fd = mkstemp(tmp);
+    /* A name no other writer has (the process id, and a counter for this process's threads),
+       created exclusively, so concurrent stores never share a temporary file; a name left by a
+       writer that died is skipped.  Mode 0644 less the umask, as for any file the user makes, so
+       that the users of a shared cache directory read each other's entries (mkstemp's 0600 made
+       each user delete the others' and compile again). */
+    static atomic_uint counter;
+    int fd = -1;
+    for (int tries = 0; tries < 64 && fd < 0; ++tries) {
+        const unsigned n = atomic_fetch_add(&counter, 1u);
+        if (snprintf(tmp, sizeof tmp, "%s.%ld.%u.tmp", path, (long)getpid(), n) >= (int)sizeof tmp)
+            return;
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+        if (fd < 0 && errno != EEXIST)
+            return;
+    }
     if (fd < 0)
         return;
     FILE *f = fdopen(fd, "wb");

@@ -93,6 +93,21 @@ START_TEST(test_second_process_loads)
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the first process did not compile (status %d)",
                   status);
     ck_assert_msg(count_entries(g_dir) >= 1, "no binary stored in %s", g_dir);
+    /* entries are made as any file is (0644 less the umask), so that the users of a shared cache
+       directory read each other's (they were 0600) */
+    const mode_t mask = umask(022);
+    umask(mask);
+    DIR *dir = opendir(g_dir);
+    ck_assert(dir);
+    for (struct dirent *e; (e = readdir(dir));) {
+        char p[4200];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
+        if (e->d_name[0] != '.' && stat(p, &st) == 0)
+            ck_assert_msg((st.st_mode & 0777) == (0644 & ~mask), "%s has mode %o, not 0644 less the umask %o", p,
+                          (unsigned)(st.st_mode & 0777), (unsigned)mask);
+    }
+    closedir(dir);
     char *log = run_once(); /* second process (this one): loads */
     ck_assert_msg(strstr(log, LOADED), "the second process compiled again; build log: %s", log);
     free(log);
