@@ -22,7 +22,8 @@ typedef enum castle_family {
    forward and cache families at three head-dimension classes) and fewer than 56 kernels; these
    bounds hold four such tunings. */
 #define CASTLE_MAX_PROGRAMS 48
-#define CASTLE_MAX_KERNELS 224
+#define CASTLE_MAX_PROGRAM_KERNELS 8 /* the most kernels one cl/ program has (causal.cl: 7) */
+#define CASTLE_MAX_KERNELS (CASTLE_MAX_PROGRAMS * CASTLE_MAX_PROGRAM_KERNELS) /* every kernel of every program */
 typedef struct castle_program_slot {
     castle_family family;
     castle_tuning tuning;

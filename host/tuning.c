@@ -440,6 +440,8 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
                 t.stage = pick->tuning.stage;   /* re-derived with decode unless the entry names it */
                 t.threads = b; /* the fewest work-items: the tile narrowed for them fits any more */
                 castle__tuning_resolve(&t, info);
+                if (t.decode == 2 && info->max_work_group_size < 128)
+                    t.decode = 1; /* the decode mapping of teams needs work-groups of 128 */
                 t.threads = entry.threads;
                 while (t.threads > b && (t.threads > info->max_work_group_size || !tile_fits(&t)))
                     t.threads /= 2;
@@ -455,14 +457,18 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
             }
         *name = "shrunk";
     }
-    if (castle__tuning_check(out, info) != CASTLE_SUCCESS)
+    /* a tuning file's line or CASTLE_TUNING may still give a device that no built-in shape fits one */
+    bool fits = castle__tuning_check(out, info) == CASTLE_SUCCESS;
+    if (from_file(info, out)) {
+        *name = "file";
+        fits = true; /* from_file takes only a line that passes castle__tuning_check */
+    }
+    const char *env = getenv("CASTLE_TUNING");
+    if (!fits && !(env && *env))
         return castle__fail(CASTLE_ERR_DEVICE_UNSUPPORTED,
                             "device '%s' has too little local memory (%llu bytes) or too small work-groups (%zu) "
-                            "for any tuning",
+                            "for any built-in tuning (CASTLE_TUNING or a tuning file may name one that fits)",
                             info->name, (unsigned long long)info->local_mem_size, info->max_work_group_size);
-    if (from_file(info, out))
-        *name = "file";
-    const char *env = getenv("CASTLE_TUNING");
     if (env && *env) {
         castle_tuning t = *out;
         if (!parse_over(env, &t))

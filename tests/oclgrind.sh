@@ -79,6 +79,15 @@ CASTLE_TUNING=$entry og48 "$build/tools/castle-run" decode --in "$work/in" --out
     --window 5 || report "castle-run decode (GPU entry) failed under Oclgrind"
 # rows that are not 16-byte aligned (d = 18): the GPU mappings' global float4 accesses
 # (cl/common.cl's gload4) must take their float-by-float path there, or Oclgrind reports them
+# a tuning whose decode kernel needs more local memory than the device has (8 KiB here; the host's
+# formulas count only the block kernels'): exit 1 with the kernel named, not CL_OUT_OF_RESOURCES at
+# the enqueue
+rc=0
+err=$(CASTLE_TUNING=block=8,threads=8,dchunk=4,vector=4,tm=1,tn=1,decode=2,bthreads=16,btm=1,fthreads=16,fdchunk=8 \
+    oclgrind --local-mem-size 8192 "$build/tools/castle-run" decode --in "$work/in" --out "$work/declm" --prompt 11 \
+    2>&1 >/dev/null) || rc=$?
+[ "$rc" = 1 ] && grep -q 'CASTLE_ERR_BAD_TUNING: kernel castle_cache_decode_attend needs [0-9]* bytes of local memory' <<<"$err" ||
+    report "a decode kernel larger than the device's local memory: exit status $rc, expected 1 naming it: $err"
 "$build/tools/castle-run" random --shape 1,2,21,18 --out "$work/in18" >/dev/null
 CASTLE_TUNING=$entry og48 "$build/tools/castle-run" backward --in "$work/in18" --out "$work/ent18" ||
     report "castle-run backward at d = 18 (GPU entry) failed under Oclgrind"
