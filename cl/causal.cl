@@ -435,7 +435,9 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
     const int lid = get_local_id(0), bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;
     const int P = nsplit * CC_DNT, pi = (int)get_group_id(0) * CC_DNT + lid;
-    const int per = (t0 + n + P - 1) / P, s_begin = pi * per, s_end = min(s_begin + per, t0 + n);
+    /* in long: a KV cache may hold nearly INT_MAX keys, and t0 + n + P - 1, pi per or s_begin + per would wrap */
+    const int per = (int)(((long)t0 + n + P - 1) / P), s_begin = (int)min((long)pi * per, (long)t0 + n);
+    const int s_end = (int)min((long)s_begin + per, (long)t0 + n);
     const int nfull = d / CC_VK, tail = d - nfull * CC_VK; /* column vectors: full ones, then the rest */
     const int nv = nfull + (tail > 0);
     __global const float *pk = k + tensor_offset(sc_, b, h, 0);
@@ -524,8 +526,9 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
     const int lid = get_local_id(0), lane = lid % CD_LN, team = lid / CD_LN;
     const int sp = get_group_id(0), bh = get_group_id(1);
     const uint b = bh / H, h = bh % H;
-    const int keys = t0 + n, per = (keys + nsplit - 1) / nsplit;
-    const int s_begin = sp * per, s_end = min(s_begin + per, keys);
+    /* in long: a KV cache may hold nearly INT_MAX keys, and keys + nsplit - 1, sp per or s_begin + per would wrap */
+    const int keys = t0 + n, per = (int)(((long)keys + nsplit - 1) / nsplit);
+    const int s_begin = (int)min((long)sp * per, (long)keys), s_end = (int)min((long)s_begin + per, (long)keys);
     const int nq = d >> 2;
     __global const float *pk = k + tensor_offset(sc_, b, h, 0);
     __global const float *pv = v + tensor_offset(sc_, b, h, 0);
