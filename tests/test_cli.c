@@ -781,6 +781,12 @@ static const usage_case usage_cases[] = {
     {"--shape with d 257", "--shape's d must be in 1..256", {"random", "--shape", "1,2,3,257", "--out", "@out"}},
     {"random without --shape", "random needs --shape", {"random", "--out", "@out"}},
     {"--seed x", "--seed needs a non-negative integer", {"random", "--shape", "1,1,1,1", "--out", "@out", "--seed", "x"}},
+    /* an option of another command: refused, not ignored (they ran, exit 0) */
+    {"--prompt to random", "option '--prompt' does not apply to random", {"random", "--shape", "1,1,1,1", "--out", "@out", "--prompt", "3"}},
+    {"--device to random", "option '--device' does not apply to random", {"random", "--shape", "1,1,1,1", "--out", "@out", "--device", "0:0"}},
+    {"--seed to forward", "option '--seed' does not apply to forward", {"forward", "--in", "@in", "--out", "@out", "--seed", "9"}},
+    {"--chunk to backward", "option '--chunk' does not apply to backward", {"backward", "--in", "@in", "--out", "@out", "--chunk", "2"}},
+    {"--shape to decode", "option '--shape' does not apply to decode", {"decode", "--in", "@in", "--out", "@out", "--prompt", "1", "--shape", "1,1,1,1"}},
 };
 #define NUSAGE ((int)(sizeof usage_cases / sizeof usage_cases[0]))
 

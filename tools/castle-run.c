@@ -52,6 +52,7 @@ static const char usage[] =
     "                 alone> clock=device (OpenCL profiling events), or clock=host (wall clock to clFinish,\n"
     "                 where the device gives no profiling times)\n"
     "  -h, --help     this text\n"
+    "An option applies to the commands whose usage line names it; another command refuses it (exit 2).\n"
     "\n"
     "exit status: 0 success, 1 library or device failure, 2 bad usage or malformed input\n";
 
@@ -88,6 +89,16 @@ static int parse_long(const char *s, long *v)
 
 enum { OPT_IN = 256, OPT_OUT, OPT_DEVICE, OPT_WINDOW, OPT_REPEAT, OPT_SCALE, OPT_SHAPE, OPT_SEED, OPT_PROMPT, OPT_CHUNK };
 
+/* The commands each option applies to (the usage lines above): another command refuses it rather
+   than ignore it.  Bits: forward, backward, random, decode. */
+enum { CMD_F = 1, CMD_B = 2, CMD_R = 4, CMD_D = 8 };
+static const unsigned applies[] = {
+    [OPT_IN - OPT_IN] = CMD_F | CMD_B | CMD_D,     [OPT_OUT - OPT_IN] = CMD_F | CMD_B | CMD_R | CMD_D,
+    [OPT_DEVICE - OPT_IN] = CMD_F | CMD_B | CMD_D, [OPT_WINDOW - OPT_IN] = CMD_F | CMD_B | CMD_D,
+    [OPT_REPEAT - OPT_IN] = CMD_F | CMD_B | CMD_D, [OPT_SCALE - OPT_IN] = CMD_F | CMD_B | CMD_D,
+    [OPT_SHAPE - OPT_IN] = CMD_R,                  [OPT_SEED - OPT_IN] = CMD_R,
+    [OPT_PROMPT - OPT_IN] = CMD_D,                 [OPT_CHUNK - OPT_IN] = CMD_D};
+
 static int parse_args(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
@@ -114,10 +125,16 @@ static int parse_args(int argc, char **argv, options *o)
         {"help", no_argument, NULL, 'h'},                {NULL, 0, NULL, 0}};
     opterr = 0;
     optind = 2;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+    const unsigned cmd = !strcmp(o->cmd, "forward") ? CMD_F : !strcmp(o->cmd, "backward") ? CMD_B : random ? CMD_R : CMD_D;
+    int c, li = -1;
+    while ((c = getopt_long(argc, argv, ":h", longopts, &li)) != -1) {
         const char *v = optarg;
         long lim;
+        if (c >= OPT_IN && c <= OPT_CHUNK && !(applies[c - OPT_IN] & cmd)) {
+            fprintf(stderr, "castle-run: option '--%s' does not apply to %s\n(run castle-run --help for usage)\n",
+                    longopts[li].name, o->cmd);
+            return 2;
+        }
         switch (c) {
         case 'h':
             fputs(usage, stdout);
