@@ -31,13 +31,20 @@ castle_status castle__query_device(cl_device_id device, castle_device_info *info
     if (clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof info->platform_name - 1, info->platform_name,
                           NULL) != CL_SUCCESS)
         info->platform_name[0] = '\0';
-    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof info->type, &info->type, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof info->compute_units, &info->compute_units, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof info->local_mem_size, &info->local_mem_size, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof info->max_work_group_size,
-                    &info->max_work_group_size, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof info->global_mem_size, &info->global_mem_size, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof info->max_alloc_size, &info->max_alloc_size, NULL);
+    /* the facts the library sizes its work by: a failed query is the query's error, not a device
+       with 0 bytes of local memory */
+#define QUERY(what, field)                                                                                 \
+    if ((err = clGetDeviceInfo(device, what, sizeof info->field, &info->field, NULL)) != CL_SUCCESS)       \
+        return castle__fail((castle_status)err, "clGetDeviceInfo(" #what ") failed (OpenCL %d)", (int)err);
+    QUERY(CL_DEVICE_TYPE, type)
+    QUERY(CL_DEVICE_MAX_COMPUTE_UNITS, compute_units)
+    QUERY(CL_DEVICE_LOCAL_MEM_SIZE, local_mem_size)
+    QUERY(CL_DEVICE_MAX_WORK_GROUP_SIZE, max_work_group_size)
+    QUERY(CL_DEVICE_GLOBAL_MEM_SIZE, global_mem_size)
+    QUERY(CL_DEVICE_MAX_MEM_ALLOC_SIZE, max_alloc_size)
+#undef QUERY
+    if ((err = clGetDeviceInfo(device, CL_DEVICE_VERSION, 0, NULL, NULL)) != CL_SUCCESS)
+        return castle__fail((castle_status)err, "clGetDeviceInfo(CL_DEVICE_VERSION) failed (OpenCL %d)", (int)err);
     char ext[8192];
     get_str(device, CL_DEVICE_EXTENSIONS, ext, sizeof ext);
     info->fp16 = strstr(ext, "cl_khr_fp16") != NULL;

@@ -27,9 +27,11 @@ castle_status castle_context_create(cl_context cl_ctx, cl_device_id device, cast
     if (qerr != CL_SUCCESS)
         return castle__fail((castle_status)qerr, "castle_context_create: cl_context is not valid");
     bool member = ndev > 64; /* cannot list them all: let OpenCL catch a mismatch later */
-    if (!member && clGetContextInfo(cl_ctx, CL_CONTEXT_DEVICES, ndev * sizeof devs[0], devs, NULL) == CL_SUCCESS)
-        for (cl_uint i = 0; i < ndev; ++i)
-            member = member || devs[i] == device;
+    if (!member && (qerr = clGetContextInfo(cl_ctx, CL_CONTEXT_DEVICES, ndev * sizeof devs[0], devs, NULL)) != CL_SUCCESS)
+        return castle__fail((castle_status)qerr, "castle_context_create: clGetContextInfo(CL_CONTEXT_DEVICES) failed "
+                                                 "(OpenCL %d)", (int)qerr);
+    for (cl_uint i = 0; i < ndev && !member; ++i)
+        member = devs[i] == device;
     if (!member)
         return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "castle_context_create: the device is not in the cl_context");
     castle_context *ctx = calloc(1, sizeof *ctx);

@@ -8,7 +8,8 @@
  * request when the variable is unset or not a whole number) goes to the real clCreateBuffer, found
  * with dlsym(RTLD_NEXT).  Likewise CASTLE_TEST_FAIL_LISTING=platforms (or devices) makes the call of
  * clGetPlatformIDs (clGetDeviceIDs) that lists the objects, the one given an array, fail with
- * CL_OUT_OF_HOST_MEMORY, while the count query before it succeeds.  Used by test_cli. */
+ * CL_OUT_OF_HOST_MEMORY, while the count query before it succeeds, and =local_mem makes
+ * clGetDeviceInfo(CL_DEVICE_LOCAL_MEM_SIZE) fail so.  Used by test_cli. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* RTLD_NEXT */
 #endif
@@ -79,4 +80,16 @@ CL_API_ENTRY cl_int CL_API_CALL clGetDeviceIDs(cl_platform_id platform, cl_devic
     get_devices_fn real;
     *(void **)&real = dlsym(RTLD_NEXT, "clGetDeviceIDs");
     return real ? real(platform, type, num_entries, devices, num_devices) : CL_OUT_OF_HOST_MEMORY;
+}
+
+typedef cl_int(CL_API_CALL *get_device_info_fn)(cl_device_id, cl_device_info, size_t, void *, size_t *);
+
+CL_API_ENTRY cl_int CL_API_CALL clGetDeviceInfo(cl_device_id device, cl_device_info param, size_t size, void *value,
+                                                size_t *size_ret)
+{
+    if (param == CL_DEVICE_LOCAL_MEM_SIZE && fail_listing("local_mem"))
+        return CL_OUT_OF_HOST_MEMORY;
+    get_device_info_fn real;
+    *(void **)&real = dlsym(RTLD_NEXT, "clGetDeviceInfo");
+    return real ? real(device, param, size, value, size_ret) : CL_OUT_OF_HOST_MEMORY;
 }

@@ -947,12 +947,16 @@ static void run_preloaded(cli_result *r, const char *dir, const char *cmd, const
               (const char *const[]){e_bytes, e_preload, e_asan, NULL});
 }
 
-/* OpenCL failing to list its platforms or a platform's devices after counting them (tests/fail_alloc.c,
-   CASTLE_TEST_FAIL_LISTING): castle-run exits 1 with the library's message naming the call, and
-   writes nothing.  The library once went on with the unfilled arrays (a crash in clCreateContext). */
+/* OpenCL failing to list its platforms or a platform's devices after counting them, or to say the
+   device's local memory (tests/fail_alloc.c, CASTLE_TEST_FAIL_LISTING): castle-run exits 1 with the
+   library's message naming the call, and writes nothing.  The library once went on with the
+   unfilled arrays (a crash in clCreateContext), and took a failed query for 0 bytes ("too little
+   local memory"). */
 START_TEST(test_listing_failure)
 {
-    const char *what = _i ? "devices" : "platforms", *call = _i ? "clGetDeviceIDs" : "clGetPlatformIDs";
+    static const char *const whats[] = {"platforms", "devices", "local_mem"};
+    static const char *const calls[] = {"clGetPlatformIDs", "clGetDeviceIDs", "clGetDeviceInfo(CL_DEVICE_LOCAL_MEM_SIZE)"};
+    const char *what = whats[_i], *call = calls[_i];
     const size_t shape[4] = {1, 1, 8, 4};
     char dir[PATH_CAP], in[PATH_CAP], out[PATH_CAP], e_fail[64], e_preload[PATH_CAP], e_asan[PATH_CAP];
     new_dir(dir);
@@ -1058,7 +1062,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_no_such_device);
     tcase_add_test(tc, test_build_failure_log);
     tcase_add_loop_test(tc, test_allocation_failure_named, 0, (int)(sizeof alloc_cases / sizeof alloc_cases[0]));
-    tcase_add_loop_test(tc, test_listing_failure, 0, 2);
+    tcase_add_loop_test(tc, test_listing_failure, 0, 3);
     suite_add_tcase(s, tc);
     return s;
 }
