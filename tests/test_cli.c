@@ -931,12 +931,13 @@ typedef struct alloc_case {
 static const alloc_case alloc_cases[] = {
     {"forward", false}, {"forward", true}, {"backward", false}, {"backward", true}};
 
-static void run_preloaded(cli_result *r, const char *dir, const char *cmd, const char *in, const char *out,
-                          unsigned long long fail_bytes)
+/* castle-run cmd --in in --out out with tests/fail_alloc.c preloaded, told what to fail by `what`
+   (an environment assignment). */
+static void run_failing(cli_result *r, const char *dir, const char *cmd, const char *in, const char *out,
+                        const char *what)
 {
     const char *asan = getenv("ASAN_OPTIONS"), *preload = getenv("LD_PRELOAD");
-    char e_bytes[64], e_preload[PATH_CAP], e_asan[PATH_CAP];
-    snprintf(e_bytes, sizeof e_bytes, "CASTLE_TEST_FAIL_BUFFER_BYTES=%llu", fail_bytes);
+    char e_preload[PATH_CAP], e_asan[PATH_CAP];
     int n = snprintf(e_preload, sizeof e_preload, "LD_PRELOAD=%s%s%s", CASTLE_FAIL_ALLOC_PATH,
                      preload && preload[0] ? ":" : "", preload ? preload : "");
     ck_assert(n > 0 && n < (int)sizeof e_preload);
@@ -944,7 +945,15 @@ static void run_preloaded(cli_result *r, const char *dir, const char *cmd, const
                  asan && asan[0] ? ":" : "");
     ck_assert(n > 0 && n < (int)sizeof e_asan);
     cli_runve(r, dir, (const char *const[]){cmd, "--in", in, "--out", out, NULL},
-              (const char *const[]){e_bytes, e_preload, e_asan, NULL});
+              (const char *const[]){what, e_preload, e_asan, NULL});
+}
+
+static void run_preloaded(cli_result *r, const char *dir, const char *cmd, const char *in, const char *out,
+                          unsigned long long fail_bytes)
+{
+    char e_bytes[64];
+    snprintf(e_bytes, sizeof e_bytes, "CASTLE_TEST_FAIL_BUFFER_BYTES=%llu", fail_bytes);
+    run_failing(r, dir, cmd, in, out, e_bytes);
 }
 
 /* OpenCL failing to list its platforms or a platform's devices after counting them, or to say the
@@ -958,22 +967,14 @@ START_TEST(test_listing_failure)
     static const char *const calls[] = {"clGetPlatformIDs", "clGetDeviceIDs", "clGetDeviceInfo(CL_DEVICE_LOCAL_MEM_SIZE)"};
     const char *what = whats[_i], *call = calls[_i];
     const size_t shape[4] = {1, 1, 8, 4};
-    char dir[PATH_CAP], in[PATH_CAP], out[PATH_CAP], e_fail[64], e_preload[PATH_CAP], e_asan[PATH_CAP];
+    char dir[PATH_CAP], in[PATH_CAP], out[PATH_CAP], e_fail[64];
     new_dir(dir);
     make_dir(in, dir, "in");
     join(out, dir, "out");
     free(write_inputs(in, 8, shape));
-    const char *asan = getenv("ASAN_OPTIONS"), *preload = getenv("LD_PRELOAD");
     snprintf(e_fail, sizeof e_fail, "CASTLE_TEST_FAIL_LISTING=%s", what);
-    int n = snprintf(e_preload, sizeof e_preload, "LD_PRELOAD=%s%s%s", CASTLE_FAIL_ALLOC_PATH,
-                     preload && preload[0] ? ":" : "", preload ? preload : "");
-    ck_assert(n > 0 && n < (int)sizeof e_preload);
-    n = snprintf(e_asan, sizeof e_asan, "ASAN_OPTIONS=%s%sverify_asan_link_order=0", asan ? asan : "",
-                 asan && asan[0] ? ":" : "");
-    ck_assert(n > 0 && n < (int)sizeof e_asan);
     cli_result r;
-    cli_runve(&r, dir, (const char *const[]){"forward", "--in", in, "--out", out, NULL},
-              (const char *const[]){e_fail, e_preload, e_asan, NULL});
+    run_failing(&r, dir, "forward", in, out, e_fail);
     char phrase[96];
     snprintf(phrase, sizeof phrase, "%s failed", call);
     expect(&r, 1, phrase, what);
