@@ -1,7 +1,7 @@
 /* cache.cl: prefill and decode with the UQ-KV cache (docs/algorithm.md section 5).
  *
  * The cache of one batch entry and head (bh = b * H + h) holds, row s for each cached token s:
- *   U  (cap x d)  lookahead keys u_s = sum_{s < j < len, j <= s + W} G[s,j] vU_j
+ *   U  (cap x d)  lookahead keys u_s = sum_{s < j < len, and j <= s + W if W > 0} G[s,j] vU_j
  *   KC (cap x d), VC (cap x d)
  *   QU (R x d)    a ring: token s in row s % R; R = W for CASTLE-SWL (rows older than t - W are never
  *                 read again), R = cap for CASTLE

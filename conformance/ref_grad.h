@@ -35,7 +35,7 @@
  *       (1 - G is computed as sigmoid(-z), without cancellation.)
  * Nothing is ever subtracted out of a running sum (no roll-back of u or D), so the fp32 variant
  * carries only ordinary float32 rounding: O(L) summation lengths, no cancellation growth.
- * Cost: pass 1 ~ 4 d L^2/2, pass 2 ~ 14 d L^2/2 multiply-adds (full CASTLE); scratch
+ * Cost: pass 1 ~ 5 d L^2/2, pass 2 ~ 14 d L^2/2 multiply-adds (full CASTLE); scratch
  * L x d (u) + 6 L + 3 d; the fp32 variant adds float copies of the 13 L x d arrays. */
 #ifndef LIBCASTLE_TESTS_REF_GRAD_H
 #define LIBCASTLE_TESTS_REF_GRAD_H

@@ -352,8 +352,9 @@ CASTLE_API castle_status castle_forward_workspace_size(const castle_context *ctx
                                                        const castle_attention_desc *desc, size_t *bytes);
 
 /* O = CASTLE(QU, KU, VU, QC, KC, VC) and lse, as docs/algorithm.md section 1 defines them, computed by the
-   blockwise algorithm of docs/algorithm.md section 3 (one launch for the diagonal blocks, then one per
-   off-diagonal).  Buffers are float32 with the descriptor's layouts; o and lse must not overlap
+   blockwise algorithm of docs/algorithm.md section 3 (a transposition of the inputs, then one launch
+   for the diagonal blocks and one per off-diagonal, or, for short sequences with many batch entries
+   x heads, the whole wavefront in one launch: the tuning's fold).  Buffers are float32 with the descriptor's layouts; o and lse must not overlap
    each other, any input or the workspace.  workspace must hold castle_forward_workspace_size() bytes. */
 CASTLE_API castle_status castle_forward(castle_context *ctx, const castle_attention_desc *desc,
                                         cl_mem qu, cl_mem ku, cl_mem vu, cl_mem qc, cl_mem kc, cl_mem vc,
@@ -363,7 +364,8 @@ CASTLE_API castle_status castle_forward(castle_context *ctx, const castle_attent
 
 /* ---- Backward pass ------------------------------------------------------------------------ */
 /* Gradients of a loss with respect to the six projections, given dO = dLoss/dO: the blockwise
-   backward of docs/algorithm.md section 4, one launch per anti-diagonal in reverse (k = N-1 .. 0).  Inputs: the
+   backward of docs/algorithm.md section 4, one launch per anti-diagonal in reverse (k = N-1 .. 0), or
+   one for them all where the forward folds.  Inputs: the
    forward's six inputs, o and lse as the forward wrote them, the workspace the forward filled (same
    descriptor, same context tuning) and d_o; inputs may share memory (d_o the buffer of o, say).
    Outputs (overwritten, not accumulated): d_qu .. d_vc, laid out by the descriptor's DQU .. DVC
@@ -408,7 +410,7 @@ CASTLE_API castle_status castle_cache_bytes(const castle_cache *cache, size_t *b
 CASTLE_API castle_status castle_cache_lengths(const castle_cache *cache, size_t *lengths);
 
 typedef enum castle_cache_tensor {
-    CASTLE_CACHE_U = 0, /* lookahead keys: row s = sum_{s < j < length, j <= s + W} G[s,j] vU_j */
+    CASTLE_CACHE_U = 0, /* lookahead keys: row s = sum_{s < j < length, and j <= s + W if W > 0} G[s,j] vU_j */
     CASTLE_CACHE_QU,    /* a ring: token s in row s % rows (rows = W for CASTLE-SWL, else the capacity) */
     CASTLE_CACHE_KC,
     CASTLE_CACHE_VC
