@@ -364,12 +364,11 @@ static castle_status get_kernel(castle_context *ctx, castle_family f, size_t d, 
     }
     if (!k)
         return castle__cl_fail(err, "clCreateKernel");
-    /* What the compiled kernel needs against what the device gives it: a tuning the host's checks
-       pass can still ask too much of a device (local memory no formula of cl/local_memory.h counts,
-       registers that leave fewer work-items than the kernel's work-group); said here, before any
-       launch, instead of CL_OUT_OF_RESOURCES at the enqueue. */
+    /* The compiled kernel's local memory against the device's: a tuning the host's formulas pass can
+       still ask too much (the decode kernels' arrays are in no formula of cl/local_memory.h); said
+       here, before any launch, instead of CL_OUT_OF_RESOURCES at the enqueue.  (Not the work-group
+       size: rusticl reports CL_KERNEL_WORK_GROUP_SIZE 32 for kernels it runs 64-wide.) */
     cl_ulong lmem = 0;
-    size_t most = 0, wg[3] = {0, 0, 0};
     if (clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lmem, &lmem, NULL) == CL_SUCCESS &&
         lmem > ctx->info.local_mem_size) {
         clReleaseKernel(k);
@@ -377,17 +376,6 @@ static castle_status get_kernel(castle_context *ctx, castle_family f, size_t d, 
                             "kernel %s needs %llu bytes of local memory under this tuning; the device has %llu: the "
                             "tuning does not fit this device (castle-tune searches for one that does)",
                             name, (unsigned long long)lmem, (unsigned long long)ctx->info.local_mem_size);
-    }
-    if (clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof most, &most, NULL) == CL_SUCCESS &&
-        clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof wg, wg, NULL) ==
-            CL_SUCCESS &&
-        most > 0 && wg[0] * (wg[1] ? wg[1] : 1) * (wg[2] ? wg[2] : 1) > most) {
-        clReleaseKernel(k);
-        return castle__fail(CASTLE_ERR_BAD_TUNING,
-                            "kernel %s runs work-groups of %zu work-items under this tuning; the device runs at most "
-                            "%zu of it (its registers or local memory): the tuning does not fit this device "
-                            "(castle-tune searches for one that does)",
-                            name, wg[0] * (wg[1] ? wg[1] : 1) * (wg[2] ? wg[2] : 1), most);
     }
     castle_kernel_slot *ks = &ctx->kernels[ctx->num_kernels++];
     ks->program = prog;
