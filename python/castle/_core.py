@@ -40,7 +40,7 @@ def _check(status, call):
 
 def _cl_check(err, call):
     if err != 0:
-        raise CastleError(err, f"{call} failed", call)
+        raise CastleError(err, "the OpenCL call failed", call)
 
 
 def _int(fn, name, v, ctype, lo=None, hi=None, what=""):
@@ -178,7 +178,13 @@ class Device:
 
     @classmethod
     def from_pyopencl(cls, queue):
-        """A Device on a pyopencl CommandQueue's context and device; calls enqueue on that queue."""
+        """A Device on a pyopencl CommandQueue's context and device; calls enqueue on that queue, which
+        must be in order (the package's calls and reads follow each other on it without events)."""
+        import pyopencl as cl
+
+        if queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE:
+            raise ValueError("castle.Device.from_pyopencl: the queue is out of order; the package orders its "
+                             "calls and reads by the queue, so it needs an in-order queue")
         h = ctypes.c_void_p()
         _check(lib.castle_context_create(queue.context.int_ptr, queue.device.int_ptr, ctypes.byref(h)),
                "castle_context_create")
@@ -368,8 +374,9 @@ def _span(shape, st):
 
 def upload(device, x, fn="castle", name="x", ndim=4):
     """A Tensor for array x on device: a pyopencl array on the device's context is used in place;
-    anything else becomes float32 host memory (read in place when its last axis is contiguous,
-    else copied once) and is copied to a new device buffer."""
+    anything else becomes float32 host memory (read in place when its last axis is contiguous and
+    the memory its rows span is not much more than its own, else copied once) and is copied to a new
+    device buffer."""
     arr_t = _pyopencl_array_type()
     if arr_t is not None and isinstance(x, arr_t):
         _float32(fn, name, x)
@@ -391,7 +398,10 @@ def upload(device, x, fn="castle", name="x", ndim=4):
     if x.dtype != F32:
         x = x.astype(F32)
     st = _native_strides(x.shape, x.strides, 4)
-    if st is None:
+    # a view that spans much more than its elements (a token of a long prompt: x[:, :, t:t+1]) is
+    # copied, not uploaded with everything between its rows (32 MB a step for 8 KB, or more than
+    # the device can allocate)
+    if st is None or _span(x.shape, st) > 2 * x.nbytes + 4096:
         x = np.ascontiguousarray(x)
         st = _native_strides(x.shape, x.strides, 4)
     buf = Buffer(device, _span(x.shape, st), x.ctypes.data if x.size else None)
@@ -467,6 +477,12 @@ class Outputs:
 
     def results(self):
         if self.cl_mode:
+            # each array carries a marker of the call, so that a read on another queue (whose get()
+            # waits for .events) waits for the kernels that wrote it
+            import pyopencl
+            marker = pyopencl.enqueue_marker(self.device.pyopencl_queue)
+            for a in self.items:
+                a.add_event(marker)
             return tuple(self.items)
         return tuple(b.read(self.device, shape) for b, shape in self.items)
 

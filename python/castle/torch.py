@@ -11,6 +11,7 @@ gradients out and never recomputes the forward."""
 
 import ctypes
 import functools
+import os
 import warnings
 
 import numpy as np
@@ -19,6 +20,17 @@ from torch import nn
 
 from . import _core
 
+
+
+def _caller_level():
+    """warnings.warn's stacklevel for the first frame outside this package and torch: the user's
+    line that called the module (through torch's Module.__call__), not torch's."""
+    import sys
+    skip = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(torch.__file__)))
+    level, f = 1, sys._getframe(1)
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(skip):
+        f, level = f.f_back, level + 1
+    return level
 
 def _host(fn, name, t):
     if not isinstance(t, torch.Tensor):
@@ -178,7 +190,7 @@ class _Attention(nn.Module):
             if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
                 warnings.warn(f"{type(self).__name__}: the cached path (cache= or return_cache=True) is for "
                               "inference: no gradient reaches the attention's projections; run it under "
-                              "torch.no_grad()", stacklevel=2)
+                              "torch.no_grad()", stacklevel=_caller_level())
             if cache is None:
                 cache = self.new_cache(B, max(L, self.cache_capacity))
             host = [_host(type(self).__name__, n, t) for n, t in zip(self._names, heads)]

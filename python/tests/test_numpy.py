@@ -419,3 +419,26 @@ def test_a_spec_string_names_one_shared_device(rng):
     dev.close()
     castle.forward(*x, device="0:0")
     assert _core._device("0:0") is not dev
+
+
+def test_a_narrow_view_is_uploaded_alone(rng, monkeypatch):
+    """A token of long prompt arrays (x[:, :, t:t+1]) is uploaded as its own bytes, not with every row
+    between its first and last element (it uploaded 32 MB a decode step for 8 KB)."""
+    import castle._core as core
+    sizes = []
+    real = core.Buffer.__init__
+
+    def spy(self, device, nbytes, host=None):
+        sizes.append(int(nbytes))
+        real(self, device, nbytes, host)
+
+    monkeypatch.setattr(core.Buffer, "__init__", spy)
+    six_ = [rng.standard_normal((2, 3, 500, 8)).astype(np.float32) for _ in range(6)]
+    cache = castle.Cache(2, 3, 8, 500)
+    cache.prefill(*[x[:, :, :20] for x in six_])
+    sizes.clear()
+    o = cache.decode(*[x[:, :, 20:21] for x in six_])
+    tensor = 2 * 3 * 1 * 8 * 4
+    assert sizes and max(sizes[:6]) <= 2 * tensor + 4096, sizes
+    ref = castle.forward(*[x[:, :, :21] for x in six_])[0][:, :, 20:21]
+    assert np.abs(o - ref).max() < 1e-5

@@ -45,6 +45,27 @@ def test_a_pyopencl_queue_of_its_own(rng):
         castle.forward(*xs)  # the default device has its own context
 
 
+def test_results_carry_the_calls_event(rng):
+    """Result arrays wait for the kernels that wrote them where pyopencl waits (their .events), so a
+    read on another queue of the context sees the results (it read before the kernels ran: errors 3 to 6)."""
+    dev = castle.default_device()
+    q2 = cl.CommandQueue(dev.pyopencl_queue.context)
+    x = six(rng, (2, 4, 256, 32))
+    ref = castle.forward(*x)[0]
+    o, lse = castle.forward(*[cla.to_device(q2, a) for a in x])
+    assert o.events and lse.events
+    np.testing.assert_array_equal(o.get(queue=q2), ref)
+
+
+def test_an_out_of_order_queue_is_refused():
+    """The package orders its calls and reads by the queue: on an out-of-order one a read could run
+    before the kernels (forward results off by 3 to 19, NaN in backward), so from_pyopencl refuses it."""
+    ctx = cl.create_some_context(interactive=False)
+    q = cl.CommandQueue(ctx, properties=cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+    with pytest.raises(ValueError, match="out of order"):
+        castle.Device.from_pyopencl(q)
+
+
 def test_views_that_need_a_copy(rng):
     """Non-contiguous pyopencl views give the results of the same arrays from NumPy: a slice of
     tokens (an offset into its buffer) and every other column (a strided last axis), which the

@@ -243,7 +243,8 @@ def test_modules_copy_pickle_and_check_their_arguments(rng):
             m.new_cache(1, bad)  # it was replaced by the layer's default before
     with pytest.raises(ValueError, match="meta tensor"):
         ct.castle_attention(*[torch.empty(1, 1, 4, 4, device="meta")] * 6)
-    with pytest.warns(UserWarning, match="no gradient reaches"):  # grad enabled on the cached path
+    with pytest.warns(UserWarning, match="no gradient reaches") as w:  # grad enabled on the cached path
         m(x, return_cache=True)
+    assert w[0].filename == __file__  # the caller's line, not torch's Module.__call__
     d2.close()
     dev.close()
