@@ -87,12 +87,12 @@
 #define BW_PAD(c) ((d + (c) - 1) / (c) * (c))
 
 /* SiLU'(x) from g = sigmoid(x), the value castle_silu_g(x, g) is computed from (one exp for both),
-   with its limits 0 at x = -inf and 1 at +inf (where the product is 0 x inf = NaN). */
+   with its limits 0 at x = -inf and 1 at +inf (where the product is 0 x inf = NaN): x is held to
+   the finite range first, as castle_silu_g does (a NaN x leaves g NaN; finite x: bitwise as before). */
 inline vfloat castle_silu_grad_g(vfloat x, vfloat g)
 {
-    const vfloat v = g * ((vfloat)(1.0f) + x * ((vfloat)(1.0f) - g));
-    return select(select(v, (vfloat)(0.0f), VISLESS(x, (vfloat)(-FLT_MAX))), (vfloat)(1.0f),
-                  VISGREATER(x, (vfloat)(FLT_MAX)));
+    const vfloat xf = fmin(fmax(x, (vfloat)(-FLT_MAX)), (vfloat)(FLT_MAX));
+    return g * ((vfloat)(1.0f) + xf * ((vfloat)(1.0f) - g));
 }
 
 /* out = (first ? 0 : out) + v over the first n (<= VW) floats at p. */

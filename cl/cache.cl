@@ -289,7 +289,7 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
     /* the tokens t >= s0 (the earlier ones see none of this group's rows); uniform bounds */
     for (int row = max(0, s0 - P); row < n; ++row) {
         const int t = P + row;
-        const int s1 = (int)min((long)s0 + S, (long)t + 1); /* in long: s0 + S may pass INT_MAX on a cache that long */
+        const int s1 = min(s0 + S, t + 1); /* no overflow: the host keeps ngroups S <= INT_MAX */
         __global const float *in_kc = kc + tensor_offset(skc, b, h, row);
         __global const float *in_vc = vc + tensor_offset(svc, b, h, row);
         const bool al_in = GALIGNED(in_vc);

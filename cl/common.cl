@@ -514,8 +514,10 @@ inline vfloat castle_sigmoid_v(vfloat x)
     return select(e * r, r, VISGREATEREQ(x, (vfloat)(0.0f)));
 }
 /* SiLU(x) = x g from g = sigmoid(x), with its limit 0 at x = -inf, where x g is -inf x 0 = NaN: an
-   unscaled score product (qC . D) can overflow float32 although its scaled value is finite. */
-inline vfloat castle_silu_g(vfloat x, vfloat g) { return select(x * g, (vfloat)(0.0f), VISLESS(x, (vfloat)(-FLT_MAX))); }
+   unscaled score product (qC . D) can overflow float32 although its scaled value is finite.  x is
+   raised to -FLT_MAX there (one instruction, no register more than x g: the decode kernel sits at
+   its register limit); a NaN x keeps g NaN, so the result stays NaN; finite x: bitwise x g. */
+inline vfloat castle_silu_g(vfloat x, vfloat g) { return fmax(x, (vfloat)(-FLT_MAX)) * g; }
 inline vfloat castle_silu_v(vfloat x) { return castle_silu_g(x, castle_sigmoid_v(x)); }
 
 /* The gate G[s, j'] = sigmoid(sc logit) of row s for the VW columns j' in jp (docs/algorithm.md
@@ -957,7 +959,7 @@ inline float castle_sigmoid(float x)
     return e / (1.0f + e);
 }
 
-inline float castle_silu(float x) { return x < -FLT_MAX ? 0.0f : x * castle_sigmoid(x); } /* as castle_silu_g */
+inline float castle_silu(float x) { return fmax(x, -FLT_MAX) * castle_sigmoid(x); } /* as castle_silu_g */
 
 /* Lane-wise pair_add. */
 inline void pair_add_v(vfloat *hi, vfloat *lo, vfloat x)

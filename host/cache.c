@@ -14,6 +14,7 @@
 #include "error.h"
 #include "launch.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -293,8 +294,10 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
     groups = groups < by_rows ? groups : by_rows;
     groups = groups < by_part ? groups : by_part;
     groups = groups ? groups : 1;
-    const size_t S = (rows + groups - 1) / groups;
+    size_t S = (rows + groups - 1) / groups;
     groups = (rows + S - 1) / S;
+    if (groups * S > (size_t)INT_MAX) /* the kernel's s0 + S is an int (a cache of over 2^30 tokens) */
+        groups = 1, S = rows;
 
     /* n, S, the counts and positions fit an int: rows <= cap (castle_decode checked the capacity). */
     const cl_int pos0 = (cl_int)c->decoded, nn = (cl_int)n, Sarg = (cl_int)S, ng = (cl_int)groups;
