@@ -189,6 +189,61 @@ START_TEST(test_tune_file_edges)
 }
 END_TEST
 
+/* castle-tune's tuning file when it is not a plain writable file: a FIFO (the run waited on it for
+   ever after the search) and a directory are refused before the search (exit 1), an empty --file is
+   bad usage (2); a NUL byte in a comment keeps the lines after it (they were cut off, and the entry
+   joined the comment); a symbolic link is written through (the file it names gets the entry, the
+   link stays a link). */
+START_TEST(test_tune_file_kinds)
+{
+    char dir[64], path[160], link[160], cmd[1024];
+    snprintf(dir, sizeof dir, "/tmp/castle_tuning_kinds_%ld", (long)getpid());
+    ck_assert(mkdir(dir, 0755) == 0);
+    const char *quick = "--quick --budget 0 --L 96 --heads 1 --repeat 1";
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    ck_assert(mkfifo(path, 0644) == 0);
+    static const struct { const char *name; int status; } kinds[] = {{"fifo", 1}, {"", 1}, {"''", 2}};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; ++k) {
+        if (!strcmp(kinds[k].name, "''"))
+            snprintf(cmd, sizeof cmd, "timeout 600 '%s' %s --file '' > /dev/null 2>&1", CASTLE_TUNE_PATH, quick);
+        else
+            snprintf(cmd, sizeof cmd, "timeout 600 '%s' %s --file '%s/%s' > /dev/null 2>&1", CASTLE_TUNE_PATH, quick,
+                     dir, kinds[k].name);
+        const int rc = system(cmd);
+        ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == kinds[k].status, "--file %s: status %d, expected %d",
+                      kinds[k].name, WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, kinds[k].status);
+    }
+    /* a NUL byte, behind a symbolic link */
+    snprintf(path, sizeof path, "%s/real.tsv", dir);
+    snprintf(link, sizeof link, "%s/link.tsv", dir);
+    static const char content[] = "# notes\0 binary\nOtherGPU\t1.0\tblock=32\n";
+    FILE *f = fopen(path, "wb");
+    ck_assert(f && fwrite(content, 1, sizeof content - 1, f) == sizeof content - 1 && fclose(f) == 0);
+    ck_assert(symlink("real.tsv", link) == 0);
+    snprintf(cmd, sizeof cmd, "'%s' %s --file '%s' > /dev/null", CASTLE_TUNE_PATH, quick, link);
+    int rc = system(cmd);
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "castle-tune through a link: %d", rc);
+    struct stat st;
+    ck_assert_msg(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the link was replaced by a file");
+    char buf[4096];
+    f = fopen(path, "rb");
+    ck_assert(f);
+    const size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    ck_assert_msg(n > sizeof content - 1 && !memcmp(buf, content, sizeof content - 1),
+                  "the lines before the entry (a NUL byte among them) were not kept");
+    ck_assert_msg(buf[n - 1] == '\n' && memchr(buf + sizeof content - 1, '\t', n - (sizeof content - 1)),
+                  "no entry after them");
+    strcpy(g_file, path);
+    castle_tuning got;
+    castle_context *ctx = open_with_file(&got);
+    ck_assert_str_eq(castle_context_tuning_name(ctx), "file");
+    castle_context_destroy(ctx);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
 /* Runs castle-tune with args (stdout and stderr into out); counts the candidates built and the
    lines that start with mark and contain text.  Returns the exit status. */
 static int run_tune(const char *args, const char *mark, const char *text, int *built, int *marked, char *out,
@@ -415,6 +470,7 @@ int main(void)
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, test_tune_then_load);
     tcase_add_test(tc, test_tune_file_edges);
+    tcase_add_test(tc, test_tune_file_kinds);
     tcase_add_test(tc, test_tune_max_tiles);
     tcase_add_test(tc, test_tune_budget);
     tcase_add_test(tc, test_tune_order);

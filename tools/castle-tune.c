@@ -2,7 +2,7 @@
  * verifies the winner against the fp64 reference, and writes it to the per-device tuning file that
  * castle_context_create loads (see castle.h, "Tuning").  Also prints the winner as an entry for the
  * built-in table in host/tuning.c. */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* POSIX 2008 with realpath */
 #include "castle/castle.h"
 #include "harness.h"
 #include "local_memory.h" /* CASTLE_MT_TILES, the kernels' tile count */
@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const char usage[] =
     "usage: castle-tune [--device P:D] [--L N] [--d N] [--heads N] [--repeat N] [--max-tiles N] [--budget S]\n"
@@ -365,64 +367,138 @@ static void make_parents(const char *path)
     mkdir(dir, 0755);
 }
 
-/* Writes (or replaces) this device's line in the tuning file. */
-static int write_entry(const char *path, const char *device, const char *driver, const castle_tuning *t)
+/* Before the search, so that a search of hours does not end in "cannot write": an existing tuning
+   file must be a regular file (not a device such as /dev/null, which the rename would replace, nor
+   a FIFO, whose open would wait) that this process may read and write; a new one's directory is
+   made (mkdir -p) and must be writable.  0, or the exit status after a message. */
+static int check_file(const char *path)
 {
-    char *old = NULL;
-    size_t old_len = 0;
+    struct stat st;
+    if (!*path) {
+        fprintf(stderr, "castle-tune: the tuning file's path is empty\n");
+        return 2;
+    }
+    if (stat(path, &st) == 0) {
+        if (!S_ISREG(st.st_mode)) {
+            fprintf(stderr, "castle-tune: %s is not a regular file (a directory, device or FIFO): name a file\n",
+                    path);
+            return 1;
+        }
+        if (access(path, R_OK | W_OK) != 0) {
+            fprintf(stderr, "castle-tune: cannot read and write %s: %s\n", path, strerror(errno));
+            return 1;
+        }
+        return 0;
+    }
+    if (errno != ENOENT) {
+        fprintf(stderr, "castle-tune: cannot use %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    make_parents(path);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    if (access(dir, W_OK | X_OK) != 0) {
+        fprintf(stderr, "castle-tune: cannot create %s: %s: %s\n", path, dir, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+/* Writes (or replaces) this device's line in the tuning file, under a lock (<file>.lock, a POSIX
+   record lock) so that castle-tune runs on other devices writing the same file keep each other's
+   lines: read, edit, write a temporary file, rename it over the file.  A symbolic link is written
+   through (the file it names is replaced, the link stays); the file keeps its permissions. */
+static int write_entry(const char *path_arg, const char *device, const char *driver, const castle_tuning *t)
+{
+    char path[4096];
+    if (!realpath(path_arg, path)) /* a new file: its own path */
+        snprintf(path, sizeof path, "%s", path_arg);
+    char lockpath[4200], tmp[4200];
+    snprintf(lockpath, sizeof lockpath, "%s.lock", path);
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    make_parents(path);
+    const int lk = open(lockpath, O_RDWR | O_CREAT, 0644);
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (lk < 0 || fcntl(lk, F_SETLKW, &fl) != 0) {
+        fprintf(stderr, "castle-tune: cannot lock %s: %s\n", lockpath, strerror(errno));
+        if (lk >= 0)
+            close(lk);
+        return 1;
+    }
+    int rc = 1;
+    char *old = NULL, *line = NULL;
+    size_t old_len = 0, cap = 0;
+    mode_t mode = 0644;
     FILE *f = fopen(path, "r");
-    if (f) { /* every line but this device and driver's entry, whole (getline), each ended by a newline */
-        char *line = NULL;
-        size_t cap = 0;
+    if (!f && errno != ENOENT) { /* there but unreadable: writing would lose its other lines */
+        fprintf(stderr, "castle-tune: cannot read %s: %s\n", path, strerror(errno));
+        goto out;
+    }
+    if (f) { /* every line but this device and driver's entry, whole and byte for byte (NULs too) */
+        struct stat st;
+        if (fstat(fileno(f), &st) == 0)
+            mode = st.st_mode & 07777;
         ssize_t n;
         const size_t dn = strlen(device), vn = strlen(driver);
         while ((n = getline(&line, &cap, f)) > 0) {
-            const bool mine = !strncmp(line, device, dn) && line[dn] == '\t' && !strncmp(line + dn + 1, driver, vn) &&
-                              line[dn + 1 + vn] == '\t';
+            const bool mine = (size_t)n > dn + vn + 1 && !memcmp(line, device, dn) && line[dn] == '\t' &&
+                              !memcmp(line + dn + 1, driver, vn) && line[dn + 1 + vn] == '\t';
             if (mine)
                 continue;
             const bool ended = line[n - 1] == '\n';
             char *grown = realloc(old, old_len + (size_t)n + 2);
             if (!grown) {
-                free(old);
-                free(line);
-                fclose(f);
                 fprintf(stderr, "castle-tune: out of memory\n");
-                return 1;
+                goto out;
             }
             old = grown;
             memcpy(old + old_len, line, (size_t)n);
             old_len += (size_t)n;
             if (!ended) /* a last line without its newline: the entry must not join it */
                 old[old_len++] = '\n';
-            old[old_len] = '\0';
         }
-        free(line);
+        const bool bad = ferror(f);
         fclose(f);
+        f = NULL;
+        if (bad) {
+            fprintf(stderr, "castle-tune: cannot read %s\n", path);
+            goto out;
+        }
     }
-    make_parents(path);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    f = fopen(tmp, "w");
-    if (!f) {
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, mode);
+    if (fd < 0 || !(f = fdopen(fd, "w"))) {
         fprintf(stderr, "castle-tune: cannot write %s: %s\n", tmp, strerror(errno));
-        free(old);
-        return 1;
+        if (fd >= 0)
+            close(fd);
+        goto out;
     }
     if (!old_len)
         fputs("# libcastle tuning file (written by castle-tune): device name, driver version, tuning\n", f);
     else
-        fputs(old, f);
+        fwrite(old, 1, old_len, f);
     char ts[256];
     castle_tuning_string(t, ts, sizeof ts);
     fprintf(f, "%s\t%s\t%s\n", device, driver, ts);
-    free(old);
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+    const bool written = !ferror(f);
+    if (fclose(f) != 0 || !written || rename(tmp, path) != 0) {
         fprintf(stderr, "castle-tune: cannot write %s: %s\n", path, strerror(errno));
         remove(tmp);
-        return 1;
+    } else {
+        rc = 0;
     }
-    return 0;
+    f = NULL;
+out:
+    if (f)
+        fclose(f);
+    free(old);
+    free(line);
+    close(lk); /* releases the lock */
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -431,6 +507,17 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &opt);
     if (rc)
         return rc;
+    char path[4096] = ""; /* the tuning file, checked before the search (none under --dry-run) */
+    if (!opt.dry) {
+        if (opt.file)
+            snprintf(path, sizeof path, "%s", opt.file);
+        else if (castle_tuning_file(path, sizeof path) != CASTLE_SUCCESS) {
+            fprintf(stderr, "castle-tune: %s (use --file)\n", castle_last_error());
+            return 1;
+        }
+        if ((rc = check_file(path)))
+            return rc;
+    }
     tuner tu = {0};
     tu.opt = &opt;
     if ((rc = tool_open_device("castle-tune", opt.device, &tu.ctx)))
@@ -452,6 +539,7 @@ int main(int argc, char **argv)
     const size_t n = opt.heads * opt.L * opt.d;
     float *host = malloc(n * sizeof(float));
     if (!host) {
+        fprintf(stderr, "castle-tune: out of host memory for the inputs (%zu floats)\n", n);
         tool_close_device(tu.ctx);
         return 1;
     }
@@ -664,18 +752,8 @@ int main(int argc, char **argv)
     CASTLE_TUNING_PARAMS(ENTRY_)
 #undef ENTRY_
     printf("}},\n");
-    if (!opt.dry) {
-        char path[4096];
-        if (opt.file)
-            snprintf(path, sizeof path, "%s", opt.file);
-        else if (castle_tuning_file(path, sizeof path) != CASTLE_SUCCESS) {
-            fprintf(stderr, "castle-tune: %s (use --file)\n", castle_last_error());
-            rc = 1;
-            goto done;
-        }
-        if ((rc = write_entry(path, name, driver, &best)) == 0)
-            printf("written to %s\n", path);
-    }
+    if (!opt.dry && (rc = write_entry(path, name, driver, &best)) == 0)
+        printf("written to %s\n", path);
     if (tu.failed && !rc) {
         fprintf(stderr, "castle-tune: %d candidate(s) failed to build or run (listed above)\n", tu.failed);
         rc = 1;
