@@ -379,7 +379,7 @@ static int print_table(void)
 int main(int argc, char **argv)
 {
     const char *spec = NULL;
-    bool run_test = true;
+    bool run_test = true, version = false, table = false; /* acted on once every argument is read */
     enum { O_VERSION = 256, O_NO_SELF_TEST, O_DEVICE, O_TABLE };
     static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
                                              {"version", no_argument, NULL, O_VERSION},
@@ -394,10 +394,9 @@ int main(int argc, char **argv)
             usage(stdout);
             return EXIT_PASS;
         } else if (c == O_VERSION) {
-            printf("castle-info (libcastle) %s\n", castle_version_string());
-            return EXIT_PASS;
+            version = true;
         } else if (c == O_TABLE) {
-            return print_table();
+            table = true;
         } else if (c == O_NO_SELF_TEST) {
             run_test = false;
         } else if (c == O_DEVICE) {
@@ -421,6 +420,12 @@ int main(int argc, char **argv)
                 spec);
         return EXIT_USAGE;
     }
+    if (version) {
+        printf("castle-info (libcastle) %s\n", castle_version_string());
+        return EXIT_PASS;
+    }
+    if (table)
+        return print_table();
 
     printf("castle-info: libcastle %s\n", castle_version_string());
     cl_uint np = 0;
