@@ -68,6 +68,7 @@ static const char usage[] =
     "and head at cache length t, 4 x 2 t d for causal (K, V read) and 4 x 5 t d for CASTLE (U read and\n"
     "written, qU, kC, vC read; CASTLE-SWL: U written and qU read only for the last W rows))\n"
     "(clock=device: OpenCL profiling times; clock=host: wall clock to clFinish, where the device gives none)\n"
+    "Lines that start with # are comments (a decode's cache size: # cache_bytes=N (capacity T tokens)).\n"
     "--profile lines look like: profile op=forward impl=castle B=1 H=8 L=2048 d=64 W=0\n"
     "kernel=castle_forward_block launches=32 groups=4224 ms=11.2 max_ms=0.9 share=0.95 (without the\n"
     "times where the device gives none)\n"

@@ -12,8 +12,10 @@
 #                              [--budget S] [--limit-scale K] [--pack]
 #   --before DIR  a copy of an earlier cl/ (tools/gpu-session.sh --prepare REV makes one) to time
 #                 against the built kernels, alternating, in the same run
-#   --tuning T    also time the built kernels under tuning T (CASTLE_TUNING's syntax; missing keys
-#                 keep the device's entry), alternating with the others; repeatable: the sets t1,
+#   --tuning T    also time the built kernels under tuning T (passed as CASTLE_TUNING: missing keys
+#                 keep the device's entry, but vector, tm, tn, decode, bthreads, btm, stage, accum,
+#                 fthreads, fdchunk and fregs are derived again unless T gives them: give a whole
+#                 entry and change one key, "$E,tm=4"), alternating with the others; repeatable: the sets t1,
 #                 t2, ... in the order given, listed in tunings.txt
 #   --L N, --t N  sequence length of the block kernels (4096) and cache length of decode (32768)
 #   --batch N, --heads N  batch entries and heads (2, 16: docs/performance.md's GPU shape)
