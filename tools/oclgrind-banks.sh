@@ -36,7 +36,9 @@ lms=49152
 while [ $# -gt 0 ]; do
     case $1 in
     -h | --help) usage 0 ;;
-    --local-mem-size) lms=${2:?}; shift 2 ;;
+    --local-mem-size)
+        [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "oclgrind-banks.sh: --local-mem-size needs a positive number of bytes" >&2; exit 2; }
+        lms=$2; shift 2 ;;
     --top)
         [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "oclgrind-banks.sh: --top needs a positive integer" >&2; exit 2; }
         export BANKS_TOP=$2; shift 2 ;;

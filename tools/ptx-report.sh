@@ -51,9 +51,13 @@ usage() { # [status]: 0 to stdout (--help), else to stderr
     exit "$status"
 }
 case ${1:--h} in -h | --help) usage 0 ;; esac
+value() { # <option> <value...>: the value, or bad usage (exit 2) when it is missing or empty
+    [ $# -ge 2 ] && [ -n "$2" ] || { echo "ptx-report.sh: $1 needs a value" >&2; usage; }
+    printf '%s' "$2"
+}
 build= cache=
 if [ "$1" = --from-cache ]; then
-    cache=${2:?}
+    cache=$(value "$@") || exit 2
     shift 2
 else
     build=$1
@@ -63,13 +67,13 @@ fi
 tuning= class=64 arch=sm_90 nostack= maxregs=()
 while [ $# -gt 0 ]; do
     case $1 in
-    --tuning) tuning=${2:?}; shift 2 ;;
-    --class) class=${2:?}; shift 2 ;;
-    --arch) arch=${2:?}; shift 2 ;;
+    --tuning) tuning=$(value "$@") || exit 2; shift 2 ;;
+    --class) class=$(value "$@") || exit 2; shift 2 ;;
+    --arch) arch=$(value "$@") || exit 2; shift 2 ;;
     --max-regs)
         [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "ptx-report.sh: --max-regs needs a positive number" >&2; exit 2; }
         maxregs=(-maxrregcount="$2"); shift 2 ;;
-    --no-stack) nostack=${2:?}; shift 2 ;;
+    --no-stack) nostack=$(value "$@") || exit 2; shift 2 ;;
     -h | --help) usage 0 ;;
     *) echo "ptx-report.sh: unknown option $1" >&2; usage ;;
     esac
