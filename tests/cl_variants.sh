@@ -27,7 +27,8 @@ bash "$tool" --keep "$keep" k:cache.cl:DLN=8,DRP=2 -- true >/dev/null || fail "-
 tail -n +3 "$keep/k/cache.cl" | cmp -s - "$root/cl/cache.cl" || fail "--keep: cache.cl after the defines is not cl/cache.cl"
 cmp -s "$keep/k/causal.cl" "$root/cl/causal.cl" || fail "--keep: causal.cl changed"
 for args in "" "base" "base --" "-x base -- true" "x:nofile.cl:A=1 -- true" "x:../cl/cache.cl:A=1 -- true" \
-    "x:cache.cl:1A=2 -- true" "x:cache.cl -- true" "x:cache.cl: -- true" "a a -- true" "a/b -- true"; do
+    "x:cache.cl:1A=2 -- true" "x:cache.cl -- true" "x:cache.cl: -- true" "a a -- true" "a/b -- true" ". -- true" \
+    ".. -- true"; do
     # shellcheck disable=SC2086 # word splitting wanted
     bash "$tool" $args >/dev/null 2>&1
     r=$?

@@ -52,7 +52,7 @@ declare -A seen=()
 for v in "${variants[@]}"; do
     IFS=: read -r -a part <<<"$v"
     name=${part[0]}
-    [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || bad "variant name '$name' (letters, digits, _ . - only)"
+    [[ $name =~ ^[A-Za-z0-9_.-]+$ && $name != . && $name != .. ]] || bad "variant name '$name' (letters, digits, _ . - only; not . or ..)"
     [ -z "${seen[$name]:-}" ] || bad "variant $name given twice"
     seen[$name]=1
     [ $(( ${#part[@]} % 2 )) -eq 1 ] || bad "variant '$v': give NAME:FILE:DEFS[:FILE:DEFS...]"
