@@ -6,12 +6,15 @@
 #include <stdio.h>
 #include <string.h>
 
-static void get_str(cl_device_id dev, cl_device_info what, char *buf, size_t n)
+/* The string `what` of dev into buf ("" where the query fails); returns the query's status. */
+static cl_int get_str(cl_device_id dev, cl_device_info what, char *buf, size_t n)
 {
     buf[0] = '\0';
-    if (clGetDeviceInfo(dev, what, n - 1, buf, NULL) != CL_SUCCESS)
+    const cl_int err = clGetDeviceInfo(dev, what, n - 1, buf, NULL);
+    if (err != CL_SUCCESS)
         buf[0] = '\0';
     buf[n - 1] = '\0';
+    return err;
 }
 
 castle_status castle__query_device(cl_device_id device, castle_device_info *info)
@@ -24,7 +27,8 @@ castle_status castle__query_device(cl_device_id device, castle_device_info *info
     get_str(device, CL_DEVICE_NAME, info->name, sizeof info->name);
     get_str(device, CL_DEVICE_VENDOR, info->vendor, sizeof info->vendor);
     get_str(device, CL_DRIVER_VERSION, info->driver_version, sizeof info->driver_version);
-    get_str(device, CL_DEVICE_VERSION, info->device_version, sizeof info->device_version);
+    if ((err = get_str(device, CL_DEVICE_VERSION, info->device_version, sizeof info->device_version)) != CL_SUCCESS)
+        return castle__fail((castle_status)err, "clGetDeviceInfo(CL_DEVICE_VERSION) failed (OpenCL %d)", (int)err);
     if (clGetPlatformInfo(platform, CL_PLATFORM_VERSION, sizeof info->platform_version - 1,
                           info->platform_version, NULL) != CL_SUCCESS)
         info->platform_version[0] = '\0';
@@ -43,8 +47,6 @@ castle_status castle__query_device(cl_device_id device, castle_device_info *info
     QUERY(CL_DEVICE_GLOBAL_MEM_SIZE, global_mem_size)
     QUERY(CL_DEVICE_MAX_MEM_ALLOC_SIZE, max_alloc_size)
 #undef QUERY
-    if ((err = clGetDeviceInfo(device, CL_DEVICE_VERSION, 0, NULL, NULL)) != CL_SUCCESS)
-        return castle__fail((castle_status)err, "clGetDeviceInfo(CL_DEVICE_VERSION) failed (OpenCL %d)", (int)err);
     char ext[8192];
     get_str(device, CL_DEVICE_EXTENSIONS, ext, sizeof ext);
     info->fp16 = strstr(ext, "cl_khr_fp16") != NULL;

@@ -267,17 +267,15 @@ static castle_status make_program(castle_context *ctx, castle_family f, const ca
         } else {
             err = clBuildProgram(prog, 1, &ctx->device, opt, NULL, NULL);
             keep_log(ctx, prog);
-            if (err == CL_BUILD_PROGRAM_FAILURE || err == CL_INVALID_BUILD_OPTIONS) { /* the compiler said no */
+            if (err != CL_SUCCESS) {
                 clReleaseProgram(prog);
                 prog = NULL;
-                st = castle__fail(CASTLE_ERR_BUILD_FAILED,
-                                  "building %s with '%s' failed (OpenCL %d); see castle_build_log()", families[f].file,
-                                  opt, (int)err);
-            } else if (err != CL_SUCCESS) { /* no compiler, no memory: no build log to read either */
-                clReleaseProgram(prog);
-                prog = NULL;
-                st = castle__fail((castle_status)err, "clBuildProgram of %s failed (OpenCL %d)", families[f].file,
-                                  (int)err);
+                if (err == CL_BUILD_PROGRAM_FAILURE || err == CL_INVALID_BUILD_OPTIONS) /* the compiler said no */
+                    st = castle__fail(CASTLE_ERR_BUILD_FAILED, "building %s with '%s' failed (OpenCL %d); see "
+                                      "castle_build_log()", families[f].file, opt, (int)err);
+                else /* no compiler, no memory: no build log to read either */
+                    st = castle__fail((castle_status)err, "clBuildProgram of %s failed (OpenCL %d)", families[f].file,
+                                      (int)err);
             } else {
                 to_cache(prog, key, nkey);
             }
