@@ -349,15 +349,22 @@ static int shape_order(const void *x, const void *y)
     return a->index < b->index ? -1 : a->index > b->index;
 }
 
-/* mkdir -p of the directory part of path (errors show when the file is opened). */
+/* The directory part of path into dir: "." where it has none, "/" for a file in the root. */
+static void dir_of(const char *path, char *dir, size_t n)
+{
+    snprintf(dir, n, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+        snprintf(dir, n, ".");
+}
+
+/* mkdir -p of the directory part of path (errors show when the file is opened; "." and "/" exist). */
 static void make_parents(const char *path)
 {
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash || slash == dir)
-        return;
-    *slash = '\0';
+    dir_of(path, dir, sizeof dir);
     for (char *p = dir + 1; *p; ++p)
         if (*p == '/') {
             *p = '\0';
@@ -396,12 +403,7 @@ static int check_file(const char *path)
     }
     make_parents(path);
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *(slash == dir ? slash + 1 : slash) = '\0';
-    else
-        snprintf(dir, sizeof dir, ".");
+    dir_of(path, dir, sizeof dir);
     if (access(dir, W_OK | X_OK) != 0) {
         fprintf(stderr, "castle-tune: cannot create %s: %s: %s\n", path, dir, strerror(errno));
         return 1;
