@@ -137,6 +137,10 @@ castle_status castle_prefill(castle_context *ctx, castle_cache *cache, const cas
     if (st == CASTLE_SUCCESS && longest > cache->cap)
         st = castle__fail(CASTLE_ERR_CACHE_FULL,
                           "castle_prefill: a prompt of %zu tokens exceeds the cache capacity %zu", longest, cache->cap);
+    /* The prefill allocates a forward's workspace itself, so its size is checked here, as
+       castle_forward_workspace_size checks it for a caller's (ws_floats fits in size_t bytes). */
+    if (st == CASTLE_SUCCESS)
+        st = castle__check_workspace_fits(ctx, p.ws_forward_floats * sizeof(float));
     if (st == CASTLE_SUCCESS)
         st = castle__schedule_prefill(ctx, cache, &p, lengths, bufs, queue, num_wait_events, wait_events, event);
     free(lengths);

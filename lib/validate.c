@@ -124,9 +124,13 @@ castle_status castle__check_desc_for(const castle_context *ctx, const castle_att
                             (double)desc->scale, (double)CASTLE_MAX_SCALE);
     const size_t blk = ctx->tuning.block;
     size_t bh;
-    if (p->L > (size_t)INT_MAX - blk || !mul_ok(p->B, p->H, &bh) || bh > (size_t)INT_MAX)
-        return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "batch*heads=%zu*%zu and seq_len=%zu must each fit in an int",
-                            p->B, p->H, p->L);
+    if (p->L > (size_t)INT_MAX - blk) /* the kernels count positions, rounded up to whole blocks, in int */
+        return castle__fail(CASTLE_ERR_SIZE_OVERFLOW,
+                            "seq_len=%zu: at most %zu (INT_MAX less the tuning's block of %zu: the kernels count "
+                            "positions in int)",
+                            p->L, (size_t)INT_MAX - blk, blk);
+    if (!mul_ok(p->B, p->H, &bh) || bh > (size_t)INT_MAX)
+        return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "batch*heads=%zu*%zu: must fit in an int", p->B, p->H);
     /* A window reaching past the sequence is no window at all. */
     p->W = !(checks & CASTLE_CHECK_WINDOW) || (size_t)desc->window >= p->L ? 0 : desc->window;
     p->scale = (checks & CASTLE_CHECK_SCALE) && desc->scale > 0.0f ? desc->scale : (float)(1.0 / sqrt((double)p->d));
@@ -357,12 +361,21 @@ castle_status castle__check_buffers(const castle_context *ctx, const castle_prob
 castle_status castle__check_cache_desc(const castle_cache *c, const castle_attention_desc *desc,
                                        const castle_problem *p)
 {
-    if (p->B != c->B || p->H != c->H || p->d != c->d || desc->window != c->window || p->scale != c->scale)
+    /* The first field that differs is named (a scale of 0 means 1/sqrt(head_dim), so a head_dim
+       that differs would also show as a scale that differs). */
+    const size_t mine[3] = {p->B, p->H, p->d}, its[3] = {c->B, c->H, c->d};
+    static const char *const names[3] = {"batch", "heads", "head_dim"};
+    for (int k = 0; k < 3; ++k)
+        if (mine[k] != its[k])
+            return castle__fail(CASTLE_ERR_SHAPE_MISMATCH, "descriptor %s=%zu does not match the cache's %s=%zu",
+                                names[k], mine[k], names[k], its[k]);
+    if (desc->window != c->window)
+        return castle__fail(CASTLE_ERR_SHAPE_MISMATCH, "descriptor window=%ld does not match the cache's window=%ld",
+                            desc->window, c->window);
+    if (p->scale != c->scale)
         return castle__fail(CASTLE_ERR_SHAPE_MISMATCH,
-                            "descriptor batch=%zu heads=%zu head_dim=%zu window=%ld scale=%.9g does not match the "
-                            "cache's batch=%zu heads=%zu head_dim=%zu window=%ld scale=%.9g",
-                            p->B, p->H, p->d, desc->window, (double)p->scale, c->B, c->H, c->d, c->window,
-                            (double)c->scale);
+                            "descriptor scale=%.9g (as used: %.9g) does not match the cache's scale=%.9g",
+                            (double)desc->scale, (double)p->scale, (double)c->scale);
     return CASTLE_SUCCESS;
 }
 

@@ -805,6 +805,53 @@ START_TEST(test_workspace_too_large)
 }
 END_TEST
 
+/* castle_prefill allocates a forward's workspace itself, so it checks that size as
+   castle_forward_workspace_size does: above the device's largest allocation it is
+   WORKSPACE_TOO_LARGE, not the OpenCL status of a failed clCreateBuffer, and the cache is left as it
+   was.  d = 1 makes the workspace (its Y blocks: 2 block floats per token) much larger than the
+   tensors; the six inputs share one small buffer (zero batch and head strides), and the cache holds
+   one token of a sequence whose prompt is shorter than the descriptor's seq_len.  The prefill's part
+   is more than half of the whole workspace for d = 1, so twice the largest allocation of the whole
+   is more than that of the part. */
+START_TEST(test_prefill_workspace_too_large)
+{
+    castle_context *ctx = h_context();
+    ck_assert_msg(ctx != NULL, "no device: %s", castle_last_error());
+    const size_t max = max_alloc(ctx), L = 4096;
+    castle_attention_desc d;
+    castle_attention_desc_init(&d, 1, 1, L, 1);
+    size_t one = 0;
+    check_status(castle_forward_workspace_size(ctx, &d, &one), CASTLE_SUCCESS, NULL, "B*H=1, L=4096, d=1");
+    d.heads = 2 * (max / one) + 2;
+    const size_t H = d.heads;
+    castle_cache *cache = NULL;
+    castle_attention_desc cd;
+    castle_attention_desc_init(&cd, 1, H, 1, 1);
+    check_status(castle_cache_create(ctx, &cd, &cache), CASTLE_SUCCESS, NULL, "a one-token cache");
+    const cl_context clc = castle_context_cl_context(ctx);
+    const cl_command_queue q = castle_context_queue(ctx);
+    cl_mem in = new_buf(clc, L * sizeof(float), 1), o = new_buf(clc, H * L * sizeof(float), -1);
+    for (int t = 0; t < CASTLE_TENSOR_O; ++t) {
+        d.layout[t].batch_stride = 0;
+        d.layout[t].head_stride = 0;
+        d.layout[t].row_stride = 1;
+    }
+    const size_t lengths[1] = {1};
+    char what[96];
+    snprintf(what, sizeof what, "prefill of H=%zu, L=%zu, d=1 (largest allocation %zu bytes)", H, L, max);
+    check_status(castle_prefill(ctx, cache, &d, lengths, in, in, in, in, in, in, o, NULL, q, 0, NULL, NULL),
+                 CASTLE_ERR_WORKSPACE_TOO_LARGE, "CL_DEVICE_MAX_MEM_ALLOC_SIZE", what);
+    size_t *len = calloc(1, sizeof *len);
+    ck_assert(len != NULL);
+    check_status(castle_cache_lengths(cache, len), CASTLE_SUCCESS, NULL, "lengths after the refused prefill");
+    ck_assert_msg(len[0] == 0, "the refused prefill left %zu tokens in the cache", len[0]);
+    free(len);
+    clReleaseMemObject(in);
+    clReleaseMemObject(o);
+    castle_cache_destroy(cache);
+}
+END_TEST
+
 START_TEST(test_row_stride_too_small)
 {
     fx f;
@@ -1998,6 +2045,7 @@ Suite *errors_suite(void)
     tcase_add_test(tc, test_castle_seq_len_limit);
     tcase_add_test(tc, test_workspace_overflow_boundary);
     tcase_add_test(tc, test_workspace_too_large);
+    tcase_add_test(tc, test_prefill_workspace_too_large);
     tcase_add_loop_test(tc, test_row_stride_too_small, 0, NFWD);
     tcase_add_test(tc, test_unused_layouts);
     tcase_add_test(tc, test_output_overlap);

@@ -280,7 +280,8 @@ CASTLE_API castle_status castle_context_set_tuning(castle_context *ctx, const ca
    their kernels compare token positions as float32, which holds every integer up to 2^24 exactly.
    More is CASTLE_ERR_SIZE_OVERFLOW (castle_forward_workspace_size still reports the size).  A
    cache's capacity, castle_decode and the causal baseline count positions in integers and are not
-   bound by it. */
+   bound by it.  Every seq_len (a cache's capacity too) is at most INT_MAX less the tuning's block,
+   else CASTLE_ERR_SIZE_OVERFLOW, and so is batch x heads. */
 #define CASTLE_MAX_SEQ_LEN 16777216
 
 /* Tensors a descriptor lays out.  QU..VC are the six projections, O the output, LSE the
@@ -434,7 +435,8 @@ CASTLE_API castle_status castle_cache_buffer(const castle_cache *cache, castle_c
    (and lse, unless NULL) as castle_forward does for the first prompt_lengths[b] rows of each
    sequence (later rows: unspecified values), and the cache: U by the forward's D (docs/algorithm.md
    section 3) or, for sequences shorter than P, by one flash-style gated pass.
-   Allocates the forward's workspace for the call. */
+   Allocates the forward's part of a workspace for the call: past the device's largest allocation,
+   CASTLE_ERR_WORKSPACE_TOO_LARGE. */
 CASTLE_API castle_status castle_prefill(castle_context *ctx, castle_cache *cache, const castle_attention_desc *desc,
                                         const size_t *prompt_lengths,
                                         cl_mem qu, cl_mem ku, cl_mem vu, cl_mem qc, cl_mem kc, cl_mem vc,
