@@ -13,7 +13,9 @@
 #include "castle/castle.h"
 #include "tool.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -89,9 +91,11 @@ int main(int argc, char **argv)
             return fputs(usage, stdout), 0;
         if (c == 5)
             device = optarg;
-        else if (c >= 0 && c < 5)
+        else if (c >= 0 && c < 5) {
+            errno = 0;
             val[c] = strtol(optarg, &end, 10);
-        if (c == '?' || (end && (end == optarg || *end)))
+        }
+        if (c == '?' || (end && (end == optarg || *end || errno))) /* errno: ERANGE, not the saturated value */
             return fprintf(stderr, "castle-generate: bad option or value '%s'\n%s", argv[optind - 1], usage), 2;
     }
     if (optind < argc)
@@ -99,6 +103,8 @@ int main(int argc, char **argv)
     const long prompt = val[0], tokens = val[1], heads = val[2], dim = val[3], window = val[4];
     if (prompt < 1 || tokens < 1 || heads < 1 || dim < 1 || window < 0)
         return fprintf(stderr, "castle-generate: prompt, tokens, heads and dim must be >= 1, window >= 0\n"), 2;
+    if (heads > INT_MAX) /* the library's limit on batch x heads (castle.h) */
+        return fprintf(stderr, "castle-generate: heads must be at most %d, got %ld\n", INT_MAX, heads), 2;
     if (dim > CASTLE_MAX_HEAD_DIM)
         return fprintf(stderr, "castle-generate: dim must be at most %d, got %ld\n", CASTLE_MAX_HEAD_DIM, dim), 2;
     /* the buffers' sizes (heads x (prompt + tokens) x dim floats) must not overflow */
