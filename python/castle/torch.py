@@ -3,7 +3,8 @@ CastleAttention, an nn.Module with generation through the UQ-KV cache.
 
 Tensors reach the OpenCL device through host memory: every call copies its inputs from host memory
 into device buffers and its results back (a CUDA tensor is first moved to the host), and results
-are returned on the inputs' torch device and in their dtype.  Inputs whose last axis is contiguous
+are returned on the inputs' torch device, in the dtype torch's promotion of theirs gives (each
+gradient in its own input's dtype).  Inputs whose last axis is contiguous
 (for example (B, H, L, d) views of (B, L, H, d) projections) are read in place, without a
 transposing copy.  The forward pass keeps its device buffers (inputs, o, lse and the workspace
 castle_forward fills) for the backward pass, which therefore copies only dO in and the six
@@ -40,12 +41,33 @@ def _host(fn, name, t):
     if t.is_complex() or not (t.is_floating_point() or t.dtype in (torch.int8, torch.int16, torch.int32, torch.int64,
                                                                     torch.uint8)):
         raise ValueError(f"{fn}: {name} has dtype {t.dtype}; expected a real floating dtype (float32 on the device)")
-    t = t.detach().cpu()
+    t = t.detach()
+    if t.layout != torch.strided:  # sparse or mkldnn: its dense values
+        t = t.to_dense()
+    # a float32 view with the negative (or conjugate) bit set has no numpy() of its own
+    t = t.cpu().resolve_conj().resolve_neg()
     return (t if t.dtype == torch.float32 else t.float()).numpy()
 
 
-def _back(a, like):
-    return torch.from_numpy(a).to(device=like.device, dtype=like.dtype if like.is_floating_point() else torch.float32)
+def _dtype(tensors):
+    """The dtype of a result: torch's promotion of the inputs' floating dtypes (float16 and float64 give
+    float64, as torch's own operations would), float32 where no input is floating (integers)."""
+    floating = [t.dtype for t in tensors if t.is_floating_point()]
+    return functools.reduce(torch.promote_types, floating) if floating else torch.float32
+
+
+def _back(a, device, dtype):
+    return torch.from_numpy(a).to(device=device, dtype=dtype)
+
+
+def _grads(ctx, results):
+    """Each gradient on its own input's device and in its dtype, straight from the library's float32
+    (never through the output's dtype: a float64 input's gradient would be rounded to a float16 one)."""
+    return tuple(_back(g, dev, dt) for g, (dev, dt) in zip(results, ctx.likes))
+
+
+def _likes(ins):
+    return [(t.device, _dtype([t])) for t in ins]
 
 
 class _State:
@@ -110,7 +132,8 @@ class _CastleFunction(torch.autograd.Function):
                                                           scale, st.outs)
             o, _ = st.outs.results()
         st.save(ctx)
-        return _back(o, six[0])
+        ctx.likes = _likes(six)
+        return _back(o, six[0].device, _dtype(six))
 
     @staticmethod
     @_first_order
@@ -120,7 +143,7 @@ class _CastleFunction(torch.autograd.Function):
             d = _core.upload(dev, _host("castle.torch.castle_attention", "grad", do), "castle_attention", "do")
             outs = _core.Outputs(dev, False)
             _core._backward(dev, st.desc, st.ins, st.o, st.lse, st.ws, d, outs)
-            return (None, None, None) + tuple(_back(g, do) for g in outs.results())
+            return (None, None, None) + _grads(ctx, outs.results())
 
 
 class _CausalFunction(torch.autograd.Function):
@@ -135,7 +158,8 @@ class _CausalFunction(torch.autograd.Function):
                                                           st.outs)
             o, _ = st.outs.results()
         st.save(ctx)
-        return _back(o, q)
+        ctx.likes = _likes((q, k, v))
+        return _back(o, q.device, _dtype((q, k, v)))
 
     @staticmethod
     @_first_order
@@ -145,7 +169,7 @@ class _CausalFunction(torch.autograd.Function):
             d = _core.upload(dev, _host("castle.torch.causal_attention", "grad", do), "causal_attention", "do")
             outs = _core.Outputs(dev, False)
             _core._causal_backward(dev, st.desc, st.ins, st.o, st.lse, d, outs)
-            return (None, None) + tuple(_back(g, do) for g in outs.results())
+            return (None, None) + _grads(ctx, outs.results())
 
 
 def castle_attention(qu, ku, vu, qc, kc, vc, window=0, scale=None, device=None):
@@ -193,9 +217,12 @@ class _Attention(nn.Module):
                               "torch.no_grad()", stacklevel=_caller_level())
             if cache is None:
                 cache = self.new_cache(B, max(L, self.cache_capacity))
+            elif not isinstance(cache, self._cache_type):
+                raise TypeError(f"{type(self).__name__}: cache is a {type(cache).__name__}; expected a "
+                                f"castle.{self._cache_type.__name__} (new_cache() makes one)")
             host = [_host(type(self).__name__, n, t) for n, t in zip(self._names, heads)]
             step = cache.prefill if not cache.lengths.any() else cache.decode
-            o = _back(step(*host), x)
+            o = _back(step(*host), x.device, _dtype([x]))
         y = self.to_out(o.transpose(1, 2).reshape(B, L, self.heads * self.dim_head))
         return (y, cache) if return_cache else y
 
@@ -221,6 +248,7 @@ class CastleAttention(_Attention):
     The cached path is for inference: no gradient flows through the attention there."""
 
     _names = ("qu", "ku", "vu", "qc", "kc", "vc")
+    _cache_type = _core.Cache
 
     def __init__(self, dim, heads, dim_head=64, window=0, cache_capacity=1024, device=None):
         super().__init__(dim, heads, dim_head, cache_capacity, device)
@@ -240,6 +268,7 @@ class CausalAttention(_Attention):
     the output projection; generation as CastleAttention's, through a castle.CausalCache."""
 
     _names = ("q", "k", "v")
+    _cache_type = _core.CausalCache
 
     def __init__(self, dim, heads, dim_head=64, cache_capacity=1024, device=None):
         super().__init__(dim, heads, dim_head, cache_capacity, device)

@@ -140,6 +140,50 @@ def test_torch_errors(rng):
         ct.CastleAttention(4, 1, 4)(torch.zeros(4, 4))
 
 
+def test_mixed_dtypes(rng):
+    """The output takes torch's promotion of the inputs' dtypes and each gradient its own input's
+    dtype, straight from float32: a float64 input's gradient was rounded through qu's float16."""
+    x = six(rng, (1, 2, 9, 8))
+    ts = [torch.tensor(a, dtype=torch.float16 if i == 0 else torch.float64, requires_grad=True)
+          for i, a in enumerate(x)]
+    ref = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in x]
+    ref[0] = torch.tensor(x[0], dtype=torch.float16).double().requires_grad_()  # the same float16 values
+    o = ct.castle_attention(*ts)
+    assert o.dtype == torch.float64
+    o.sum().backward()
+    o_ref = ct.castle_attention(*ref)
+    o_ref.sum().backward()
+    assert [t.grad.dtype for t in ts] == [torch.float16] + [torch.float64] * 5
+    for t, r in zip(ts[1:], ref[1:]):  # float32 results in float64: bitwise those of an all-float64 call
+        assert torch.equal(t.grad, r.grad)
+    q = [torch.tensor(a, dtype=dt, requires_grad=True) for a, dt in zip(x[:3], (torch.float64, torch.bfloat16,
+                                                                                  torch.float32))]
+    o = ct.causal_attention(*q)
+    assert o.dtype == torch.float64
+    o.sum().backward()
+    assert [t.grad.dtype for t in q] == [torch.float64, torch.bfloat16, torch.float32]
+
+
+def test_tensor_kinds(rng):
+    """A float32 view with the negative bit set (the imaginary part of a conjugate), a sparse tensor and
+    an mkldnn one are read as their values (they raised torch's RuntimeError or TypeError)."""
+    x = [torch.tensor(a) for a in six(rng, (1, 1, 5, 4))]
+    want = ct.castle_attention(*x)
+    neg = (torch.complex(torch.zeros_like(x[0]), -x[0])).conj().imag  # equals x[0], with the negative bit
+    assert neg.is_neg() and torch.equal(neg, x[0])
+    assert torch.equal(ct.castle_attention(neg, *x[1:]), want)
+    assert torch.equal(ct.castle_attention(x[0].to_sparse(), *x[1:]), want)
+    assert torch.equal(ct.castle_attention(x[0].to_mkldnn(), *x[1:]), want)
+
+
+def test_a_cache_of_the_other_kind_is_named(rng):
+    x = torch.tensor(rng.uniform(-1, 1, (1, 3, 8)).astype(np.float32))
+    for m, other in ((ct.CastleAttention(8, 2, 4), ct.CausalAttention(8, 2, 4)),
+                     (ct.CausalAttention(8, 2, 4), ct.CastleAttention(8, 2, 4))):
+        with torch.no_grad(), pytest.raises(TypeError, match=f"expected a castle.{type(m.new_cache(1)).__name__}"):
+            m(x, cache=other.new_cache(1), return_cache=True)
+
+
 @pytest.mark.parametrize("fn, n", [("castle_attention", 6), ("causal_attention", 3)])
 def test_a_retained_graph_runs_the_backward_again(rng, monkeypatch, fn, n):
     made = []  # the forwards' states (their device buffers), weakly
