@@ -344,7 +344,9 @@ CASTLE_API castle_status castle_attention_desc_set_blhd(castle_attention_desc *d
 
 /* ---- Forward pass ------------------------------------------------------------------------- */
 /* Bytes of workspace castle_forward and castle_backward need for this descriptor on this context
-   (*bytes > 0; O(B H L d)).  The forward writes there the state the backward pass reads (each D_j
+   (*bytes > 0): per batch entry and head 12 Lpad d + 3 Lpad (block + 1) floats, Lpad = L rounded up
+   to whole blocks of the tuning (docs/algorithm.md section 3), so for small d the block terms
+   dominate (d = 1, L = 2, block 64: 13 248 floats).  The forward writes there the state the backward pass reads (each D_j
    after its last update, kept as a float pair so the backward can roll it back exactly); the
    backward uses the rest as scratch and leaves the forward's state intact, so it may run again.
    A workspace larger than the device's largest allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE) is
