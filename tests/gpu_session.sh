@@ -20,11 +20,11 @@ sed -i '1i #define barrier castle_no_such_function' "$tmp/broken/common.cl"
 mkdir -p "$tmp/out"
 echo keep >"$tmp/out/other.txt" # a file of someone else's in OUT: --pack leaves it alone
 out=$(CASTLE_TOOLS=$(dirname "$2") OUT=$tmp/out bash "$tool" --before "$tmp/broken" --tuning fold=0 --L 32 --t 64 --batch 1 \
-    --heads 1 --limit-scale 4 --budget 1500 --pack 2>&1)
+    --heads 1 --many-heads 3 --limit-scale 4 --budget 1500 --pack 2>&1)
 rc=$?
 [ "$rc" -eq 1 ] || fail "exit status $rc, expected 1:
 $out"
-for s in info bench_now_1 bench_now_2 launches decode bench_t1_1 bench_t1_2 decode_t1; do
+for s in info bench_now_1 bench_now_2 launches decode bench_t1_1 bench_t1_2 decode_t1 many_heads; do
     grep -q "^-- $s: ok in " <<<"$out" || fail "step $s did not pass:
 $out"
 done

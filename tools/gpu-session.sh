@@ -9,7 +9,7 @@
 # reported and the next one runs.
 #
 # usage: tools/gpu-session.sh [--before DIR] [--tuning T]... [--L N] [--t N] [--batch N] [--heads N]
-#                              [--budget S] [--limit-scale K] [--pack]
+#                              [--many-heads N] [--budget S] [--limit-scale K] [--pack]
 #   --before DIR  a copy of an earlier cl/ (tools/gpu-session.sh --prepare REV makes one) to time
 #                 against the built kernels, alternating, in the same run
 #   --tuning T    also time the built kernels under tuning T (passed as CASTLE_TUNING: missing keys
@@ -19,6 +19,8 @@
 #                 t2, ... in the order given, listed in tunings.txt
 #   --L N, --t N  sequence length of the block kernels (4096) and cache length of decode (32768)
 #   --batch N, --heads N  batch entries and heads (2, 16: docs/performance.md's GPU shape)
+#   --many-heads N  heads of the step that runs every operation on one batch entry of N heads at
+#                 L = 64 (default 70000: past 65535, the grid's limit in y on CUDA devices)
 #   --budget S    skip the steps that would start after S seconds (default 420)
 #   --limit-scale K  multiply every step's time limit (120 or 200 s) by K (default 1): for a device
 #                 whose first run of a kernel set compiles for minutes (PoCL on a small CPU, cold)
@@ -53,7 +55,7 @@ if [ "${1:-}" = --prepare ]; then
     echo "gpu-session.sh: $rev's cl/ in $dir"
     exit 0
 fi
-before= L=4096 t=32768 batch=2 heads=16 budget=420 scale=1 pack=0 tunings=()
+before= L=4096 t=32768 batch=2 heads=16 many=70000 budget=420 scale=1 pack=0 tunings=()
 num() { [[ $2 =~ ^[1-9][0-9]*$ ]] || bad "$1 needs a positive integer, not '$2'"; }
 while [ $# -gt 0 ]; do
     case $1 in
@@ -61,11 +63,12 @@ while [ $# -gt 0 ]; do
     --before) [ $# -ge 2 ] || bad "--before needs a folder"; before=$2; shift 2 ;;
     --pack) pack=1; shift ;;
     --tuning) [ $# -ge 2 ] && [ -n "$2" ] || bad "--tuning needs a tuning"; tunings+=("$2"); shift 2 ;;
-    --L | --t | --batch | --heads | --budget | --limit-scale)
+    --L | --t | --batch | --heads | --many-heads | --budget | --limit-scale)
         [ $# -ge 2 ] || bad "$1 needs a value"
         num "$1" "$2"
         case $1 in
-        --L) L=$2 ;; --t) t=$2 ;; --batch) batch=$2 ;; --heads) heads=$2 ;; --budget) budget=$2 ;;
+        --L) L=$2 ;; --t) t=$2 ;; --batch) batch=$2 ;; --heads) heads=$2 ;; --many-heads) many=$2 ;;
+        --budget) budget=$2 ;;
         --limit-scale) scale=$2 ;;
         esac
         shift 2 ;;
@@ -135,6 +138,10 @@ for set in "${sets[@]}"; do
     step "decode$([ "$set" = now ] || echo "_$set")" 120 "${cmd[@]}" --t "$t" --ops decode --impls castle,swl,causal \
         --repeat 10
 done
+# batch x heads past 65535 (the grid's limit in y on CUDA devices, where OpenCL's dimension 1, the
+# kernels' batch x head, may land): each operation runs or names its failure
+step many_heads 120 env CASTLE_CACHE_DIR="$out/kc_now" "$tools/castle-bench" --batch 1 --heads "$many" --L 64 --t 64 \
+    --gemm 0 --repeat 1 --ops forward,backward,decode --impls castle,causal
 anchors=$(dirname "$0")/torch-anchors.py
 if [ -f "$anchors" ] && python3 -c "import torch" 2>/dev/null; then
     step anchors 120 python3 "$anchors" --L "$L" --batch "$batch" --heads "$heads"
