@@ -29,8 +29,21 @@ void castle__ctx_lock_destroy(castle_context *ctx)
 void castle__ctx_lock(castle_context *ctx) { pthread_mutex_lock(&ctx->lock); }
 void castle__ctx_unlock(castle_context *ctx) { pthread_mutex_unlock(&ctx->lock); }
 
-/* The context whose observer this thread is calling, if any. */
-static _Thread_local const castle_context *observing;
+/* The contexts whose observers this thread is calling, innermost first: an observer of one context
+   may launch on another, whose observer is then called inside it. */
+typedef struct observing_frame {
+    const castle_context *ctx;
+    const struct observing_frame *outer;
+} observing_frame;
+static _Thread_local const observing_frame *observing;
+
+static bool is_observing(const castle_context *ctx)
+{
+    for (const observing_frame *f = observing; f; f = f->outer)
+        if (f->ctx == ctx)
+            return true;
+    return false;
+}
 
 void castle__observer_take(castle_context *ctx, castle_launch_observer *fn, void **user, unsigned long *gen)
 {
@@ -50,12 +63,13 @@ void castle__observer_done(castle_context *ctx, unsigned long gen)
 }
 
 /* Waits on the condition with the lock held once (no caller holds it around this call: an observer
-   may not call into the library with ctx, and this is refused from one).  A setter waits only for
+   may not call into the library with ctx, and this is refused from one, however many observers of
+   other contexts were called inside it: the wait would count the thread's own call).  A setter waits only for
    calls of the generation it ends: later launches count in the other parity, so none can keep it
    waiting; setters go one at a time, so no two wait on one parity. */
 castle_status castle__observer_set(castle_context *ctx, castle_launch_observer fn, void *user)
 {
-    if (observing == ctx)
+    if (is_observing(ctx))
         return castle__fail(CASTLE_ERR_INVALID_ARGUMENT,
                             "castle_context_set_launch_observer: called from within an observer of the context");
     castle__ctx_lock(ctx);
@@ -76,8 +90,8 @@ castle_status castle__observer_set(castle_context *ctx, castle_launch_observer f
 void castle__observer_call(castle_context *ctx, castle_launch_observer fn, void *user, const char *name,
                            cl_event ev, size_t groups, size_t group_size)
 {
-    const castle_context *outer = observing;
-    observing = ctx;
+    const observing_frame frame = {ctx, observing};
+    observing = &frame;
     fn(user, name, ev, groups, group_size);
-    observing = outer;
+    observing = frame.outer;
 }

@@ -122,8 +122,8 @@ static void observe(void *user, const char *name, cl_event ev, size_t groups, si
     }
 }
 
-/* castle_causal_forward (one launch) on q = k = v = 1..n/100, B = 1, H = 2, L = 40, d = 8; o into out. */
-static void causal_forward(float *out, size_t n)
+/* castle_causal_forward (one launch) on c, q = k = v = 1..n/100, B = 1, H = 2, L = 40, d = 8; o into out. */
+static void causal_forward_on(castle_context *c_ctx, float *out, size_t n)
 {
     castle_attention_desc desc;
     ck_assert_int_eq(castle_attention_desc_init(&desc, 1, 2, 40, 8), CASTLE_SUCCESS);
@@ -133,21 +133,23 @@ static void causal_forward(float *out, size_t n)
     for (size_t i = 0; i < n; ++i)
         x[i] = (float)(i % 97) / 100.0f;
     cl_int err;
-    cl_context c = castle_context_cl_context(ctx);
+    cl_context c = castle_context_cl_context(c_ctx);
     cl_mem in = clCreateBuffer(c, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * sizeof *x, x, &err);
     ck_assert_int_eq(err, CL_SUCCESS);
     cl_mem o = clCreateBuffer(c, CL_MEM_WRITE_ONLY, n * sizeof *x, NULL, &err);
     ck_assert_int_eq(err, CL_SUCCESS);
     cl_mem lse = clCreateBuffer(c, CL_MEM_WRITE_ONLY, 2 * 40 * sizeof *x, NULL, &err);
     ck_assert_int_eq(err, CL_SUCCESS);
-    cl_command_queue q = castle_context_queue(ctx);
-    ck_assert_int_eq(castle_causal_forward(ctx, &desc, in, in, in, o, lse, q, 0, NULL, NULL), CASTLE_SUCCESS);
+    cl_command_queue q = castle_context_queue(c_ctx);
+    ck_assert_int_eq(castle_causal_forward(c_ctx, &desc, in, in, in, o, lse, q, 0, NULL, NULL), CASTLE_SUCCESS);
     ck_assert_int_eq(clEnqueueReadBuffer(q, o, CL_TRUE, 0, n * sizeof *out, out, 0, NULL, NULL), CL_SUCCESS);
     clReleaseMemObject(in);
     clReleaseMemObject(o);
     clReleaseMemObject(lse);
     free(x);
 }
+
+static void causal_forward(float *out, size_t n) { causal_forward_on(ctx, out, n); }
 
 START_TEST(test_observer)
 {
@@ -168,6 +170,48 @@ START_TEST(test_observer)
     ck_assert_int_eq(s.launches, 1);
     ck_assert_mem_eq(plain, observed, sizeof plain);
     ck_assert_mem_eq(plain, after, sizeof plain);
+}
+END_TEST
+
+/* An observer of ctx launches on a second context, whose observer tries to set ctx's observer: the
+   thread is still inside ctx's observer (one context further out), so the call is refused, as it is
+   directly from within (castle.h); it waited for the thread's own observer call, forever.  The
+   launch on the second context computes what it does without observers. */
+static castle_context *other;
+static castle_status nested_status = 12345;
+static int nested_calls;
+static float nested_out[2 * 40 * 8];
+
+static void inner_observer(void *user, const char *name, cl_event ev, size_t groups, size_t group_size)
+{
+    (void)user, (void)name, (void)ev, (void)groups, (void)group_size;
+    nested_status = castle_context_set_launch_observer(ctx, NULL, NULL);
+}
+
+static void outer_observer(void *user, const char *name, cl_event ev, size_t groups, size_t group_size)
+{
+    (void)user, (void)name, (void)ev, (void)groups, (void)group_size;
+    if (nested_calls++ == 0)
+        causal_forward_on(other, nested_out, sizeof nested_out / sizeof nested_out[0]);
+}
+
+START_TEST(test_observer_nested)
+{
+    enum { N = 2 * 40 * 8 };
+    static float plain[N], observed[N];
+    causal_forward(plain, N);
+    ck_assert_int_eq(castle_context_create_default(NULL, &other), CASTLE_SUCCESS);
+    ck_assert_int_eq(castle_context_set_launch_observer(other, inner_observer, NULL), CASTLE_SUCCESS);
+    ck_assert_int_eq(castle_context_set_launch_observer(ctx, outer_observer, NULL), CASTLE_SUCCESS);
+    causal_forward(observed, N);
+    ck_assert_int_eq(nested_calls, 1);
+    ck_assert_msg(nested_status == CASTLE_ERR_INVALID_ARGUMENT,
+                  "setting ctx's observer from within an observer called inside ctx's gave %d", (int)nested_status);
+    ck_assert_msg(strstr(castle_last_error(), "within an observer"), "message: %s", castle_last_error());
+    ck_assert_int_eq(castle_context_set_launch_observer(ctx, NULL, NULL), CASTLE_SUCCESS); /* outside: allowed */
+    ck_assert_mem_eq(plain, observed, sizeof plain);
+    ck_assert_mem_eq(plain, nested_out, sizeof plain);
+    castle_context_destroy(other);
 }
 END_TEST
 
@@ -267,6 +311,7 @@ int main(void)
     tcase_add_test(tc, test_refused_enqueue);
     tcase_add_test(tc, test_too_many_arguments);
     tcase_add_test(tc, test_observer);
+    tcase_add_test(tc, test_observer_nested);
     tcase_add_test(tc, test_register_cap);
     suite_add_tcase(s, tc);
     tc = tcase_create("shapes");

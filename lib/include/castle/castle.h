@@ -148,8 +148,10 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
    call: clRetainEvent it to read its profiling times once it completes, on a queue created with
    CL_QUEUE_PROFILING_ENABLE), its number of work-groups and the work-items in each.  Copies and
    fills are not reported.  fn must not call into the library with ctx (its lock is free during the
-   call, but the operation that launched is not finished; this call from within fn is
-   CASTLE_ERR_INVALID_ARGUMENT).  While an observer is set every launch creates an event.  fn = NULL
+   call, but the operation that launched is not finished: an operation would run, and call fn again
+   from within); castle_context_set_launch_observer(ctx, ...) is refused with
+   CASTLE_ERR_INVALID_ARGUMENT from within fn, and from within any observer called inside fn (fn
+   may call into the library with another context).  While an observer is set every launch creates an event.  fn = NULL
    removes it.  Setting or removing an observer returns once no call of the previous one is in
    progress on any thread, and none begins after: its user data may then be freed.
    CASTLE_ERR_NULL_CONTEXT when ctx is NULL. */
