@@ -10,6 +10,7 @@
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,6 +325,46 @@ START_TEST(test_observer_removal_waits)
 }
 END_TEST
 
+/* castle_last_error is the calling thread's (castle.h): threads that fail with messages of their own
+   (one with a window < 0, one with a head_dim too large) and one that succeeds each read only their
+   own, every time, while the others write theirs. */
+enum { ERR_THREADS = 3, ERR_ROUNDS = 20000 };
+static atomic_int err_mismatches;
+
+static void *last_error_worker(void *arg)
+{
+    const int t = (int)(intptr_t)arg;
+    castle_context *ctx = h_context();
+    castle_attention_desc d;
+    castle_attention_desc_init(&d, 1, 1, 8, 8);
+    if (t == 0)
+        d.window = -3;
+    else if (t == 1)
+        d.head_dim = 999;
+    static const char *const want[ERR_THREADS] = {"window=-3", "head_dim=999", ""};
+    size_t bytes;
+    for (int r = 0; r < ERR_ROUNDS; ++r) {
+        const castle_status st = castle_forward_workspace_size(ctx, &d, &bytes);
+        const char *msg = castle_last_error();
+        if ((st == CASTLE_SUCCESS) != (t == 2) || (t == 2 ? msg[0] != '\0' : !strstr(msg, want[t])))
+            atomic_fetch_add(&err_mismatches, 1);
+    }
+    return NULL;
+}
+
+START_TEST(test_last_error_per_thread)
+{
+    ck_assert_msg(h_context() != NULL, "no device: %s", castle_last_error());
+    pthread_t th[ERR_THREADS];
+    for (int t = 0; t < ERR_THREADS; ++t)
+        ck_assert(pthread_create(&th[t], NULL, last_error_worker, (void *)(intptr_t)t) == 0);
+    for (int t = 0; t < ERR_THREADS; ++t)
+        pthread_join(th[t], NULL);
+    ck_assert_msg(atomic_load(&err_mismatches) == 0, "%d of %d calls saw another thread's castle_last_error",
+                  atomic_load(&err_mismatches), ERR_THREADS * ERR_ROUNDS);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("threads");
@@ -331,6 +372,7 @@ int main(void)
     tcase_set_timeout(tc, 900); /* ThreadSanitizer runs it several times slower */
     tcase_add_test(tc, test_one_context_many_threads);
     tcase_add_test(tc, test_observer_removal_waits);
+    tcase_add_test(tc, test_last_error_per_thread);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
