@@ -175,6 +175,18 @@ static bool bounded(const castle_tuning *t)
     return true;
 }
 
+/* Whether the micro-tile fits every kernel's shape: the block products' (threads, dchunk), the
+   backward's (bthreads, btm) and the forward's (fthreads, fdchunk), those not given derived as
+   castle__tuning_resolve will derive them. */
+static bool all_shapes_fit(const castle_tuning *given)
+{
+    castle_tuning t = *given;
+    derive_rest(&t);
+    const castle_tuning bw = castle__family_tuning(CASTLE_FAMILY_BACKWARD, &t);
+    const castle_tuning fw = castle__family_tuning(CASTLE_FAMILY_FORWARD, &t);
+    return tile_fits(&t) && backward_fits(&bw) && fw.threads % t.block == 0 && tile_fits(&fw);
+}
+
 /* castle__tuning_resolve's vector, tm and tn. */
 static void resolve_tile(castle_tuning *t, const castle_device_info *info)
 {
@@ -188,8 +200,9 @@ static void resolve_tile(castle_tuning *t, const castle_device_info *info)
         t->tn = dm ? t->tm : (t->vector > 1 ? 1u : t->tm);
     if (t->block == 0 || t->dchunk == 0 || t->tm == 0 || t->tn == 0 || t->vector == 0 || !bounded(t))
         return; /* castle__tuning_check rejects it */
-    /* narrow what was derived (tn, then tm, then the vector) until the tile fits */
-    while (!tile_fits(t)) {
+    /* narrow what was derived (tn, then tm, then the vector) until the tile fits every kernel's
+       shape (a given fdchunk = 8 narrows a derived vector of 16 as a dchunk = 8 does) */
+    while (!all_shapes_fit(t)) {
         if (dn && t->tn > 1)
             t->tn /= 2;
         else if (dm && t->tm > 1)
@@ -297,50 +310,50 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
 /* Parses "key=value[,key=value...]" (keys: the fields of CASTLE_TUNING_PARAMS) over *t.  Values are
    decimal digits only: a sign, an empty value or one above UINT_MAX makes the string malformed, and
    so does a comma with no key after it.  A key given twice takes its later value (castle.h), so that
-   "<a whole entry>,tm=4" changes one. */
-static bool parse_tuning(const char *s, castle_tuning *t)
+   "<a whole entry>,tm=4" changes one.  Returns NULL, or where in s the malformed element starts. */
+static const char *parse_tuning(const char *s, castle_tuning *t)
 {
     while (*s) {
-        const char *eq = strchr(s, '=');
+        const char *eq = strchr(s, '='), *at = s;
         if (!eq)
-            return false;
+            return at;
         const castle_tuning_param *p = NULL;
         for (size_t i = 0; i < castle__tuning_nparams && !p; ++i)
             if (strlen(castle__tuning_params[i].name) == (size_t)(eq - s) &&
                 !strncmp(s, castle__tuning_params[i].name, (size_t)(eq - s)))
                 p = &castle__tuning_params[i];
         if (!p)
-            return false;
+            return at;
         s = eq + 1;
         if (*s < '0' || *s > '9')
-            return false;
+            return at;
         unsigned long long v = 0;
         for (; *s >= '0' && *s <= '9'; ++s) {
             v = v * 10 + (unsigned)(*s - '0');
             if (v > UINT_MAX)
-                return false;
+                return at;
         }
         *castle__tuning_field(t, p) = (unsigned)v;
         if (*s == ',' && s[1]) /* a comma starts another key: "block=16," is malformed */
             ++s;
         else if (*s)
-            return false;
+            return at;
     }
-    return true;
+    return NULL;
 }
 
 /* Parses s over *t, re-deriving the derivable parameters (castle.h's CASTLE_TUNING_DERIVE) unless s
-   gives them. */
-static bool parse_over(const char *s, castle_tuning *t)
+   gives them; *t is unchanged where s is malformed (the return value: parse_tuning's). */
+static const char *parse_over(const char *s, castle_tuning *t)
 {
     castle_tuning u = *t;
     for (size_t i = 0; i < castle__tuning_nparams; ++i)
         if (castle__tuning_params[i].flags & CASTLE_TUNING_DERIVE)
             *castle__tuning_field(&u, &castle__tuning_params[i]) = 0;
-    if (!parse_tuning(s, &u))
-        return false;
-    *t = u;
-    return true;
+    const char *bad = parse_tuning(s, &u);
+    if (!bad)
+        *t = u;
+    return bad;
 }
 
 bool castle__tuning_file_path(char *buf, size_t n)
@@ -393,7 +406,7 @@ static bool from_file(const castle_device_info *info, castle_tuning *out)
         if (strcmp(line, info->name) || strcmp(tab1 + 1, info->driver_version))
             continue;
         castle_tuning t = *out;
-        if (!parse_over(tab2 + 1, &t))
+        if (!tab2[1] || parse_over(tab2 + 1, &t)) /* an empty tuning is malformed, as CASTLE_TUNING="" is unset */
             continue;
         castle__tuning_resolve(&t, info);
         if (castle__tuning_check(&t, info) == CASTLE_SUCCESS) {
@@ -471,11 +484,13 @@ castle_status castle__tuning_select(const castle_device_info *info, castle_tunin
                             info->name, (unsigned long long)info->local_mem_size, info->max_work_group_size);
     if (env && *env) {
         castle_tuning t = *out;
-        if (!parse_over(env, &t))
+        const char *bad = parse_over(env, &t);
+        if (bad)
             return castle__fail(CASTLE_ERR_BAD_TUNING,
-                                "CASTLE_TUNING='%s' is malformed: expected e.g. "
-                                "'block=32,threads=64,dchunk=16,vector=4,tm=2,tn=1,fold=8,decode=2' (decimal values)",
-                                env);
+                                "CASTLE_TUNING='%s' is malformed at '%s' (a key, '=', decimal digits, then a comma "
+                                "and the next key or the end): expected e.g. "
+                                "'block=32,threads=64,dchunk=16,vector=4,tm=2,tn=1,fold=8,decode=2'",
+                                env, bad);
         castle__tuning_resolve(&t, info);
         castle_status st = castle__tuning_check(&t, info);
         if (st != CASTLE_SUCCESS)

@@ -1758,6 +1758,40 @@ START_TEST(test_tuning_accepted)
 }
 END_TEST
 
+/* A micro-tile left to the library (vector, tm, tn 0) is narrowed until it fits every kernel's own
+   shape, not only the block products' (threads, dchunk): a given fdchunk = 4 narrows the vector as
+   dchunk = 4 would, and a given bthreads or fthreads of 256 over block 16 narrows the tile until
+   256 of them divide the block's 256 entries (CPUs' derived vector of 16 was refused, BAD_TUNING). */
+START_TEST(test_tuning_narrows_for_every_kernel)
+{
+    castle_context *ctx = own_context();
+    size_t max_wg = 0;
+    ck_assert(clGetDeviceInfo(castle_context_device(ctx), CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg,
+                              NULL) == CL_SUCCESS);
+    for (int k = 0; k < 3; ++k) {
+        castle_tuning t = tun(16, 64, 16, 0, 0), got;
+        const char *what = k == 0 ? "fdchunk=4" : k == 1 ? "bthreads=256" : "fthreads=256";
+        if (k == 0)
+            t.fdchunk = 4;
+        else if (max_wg < 256)
+            continue; /* the device cannot run such work-groups at all */
+        else if (k == 1)
+            t.bthreads = 256;
+        else
+            t.fthreads = 256;
+        check_status(castle_context_set_tuning(ctx, &t), CASTLE_SUCCESS, NULL, what);
+        check_status(castle_context_get_tuning(ctx, &got), CASTLE_SUCCESS, NULL, "get_tuning");
+        const unsigned cols = got.tn * got.vector;
+        if (k == 0)
+            ck_assert_msg(got.fdchunk == 4 && 4 % cols == 0, "%s: tn x vector = %u", what, cols);
+        else
+            ck_assert_msg(256 * (k == 1 ? got.btm : got.tm) * cols <= 256, "%s: tm %u btm %u tn x vector %u", what,
+                          got.tm, got.btm, cols);
+    }
+    castle_context_destroy(ctx);
+}
+END_TEST
+
 /* The first NMALFORMED are malformed (named by the variable), the rest well-formed bad values. */
 static const char *const bad_tuning_env[] = {"block=abc", "foo=3", "block=32;threads=64", "block",
                                              "block=4294967328", "block=-32", "block=+32", "threads=", "block=16,",
@@ -1784,6 +1818,15 @@ START_TEST(test_tuning_env_malformed)
     const bool malformed = _i < NTUNING_MALFORMED;
     const char *mention = malformed ? "CASTLE_TUNING" : v;
     ck_assert_msg(strstr(msg, mention) != NULL, "%s: message '%s' does not mention '%s'", what, msg, mention);
+    /* and where: "threads=" in "block=16,threads=" (the element that is malformed) */
+    static const char *const where[NTUNING_MALFORMED] = {"block=abc", "foo=3",  "block=32;threads=64",
+                                                         "block",     "block=4294967328", "block=-32",
+                                                         "block=+32", "threads=", "block=16,"};
+    if (malformed) {
+        char at[64];
+        snprintf(at, sizeof at, "malformed at '%s'", where[_i]);
+        ck_assert_msg(strstr(msg, at) != NULL, "%s: message '%s' does not say \"%s\"", what, msg, at);
+    }
     ck_assert_msg(out == NULL, "%s: out not set to NULL on failure", what);
 }
 END_TEST
@@ -2073,6 +2116,7 @@ Suite *errors_suite(void)
     add(s, "tuning", &tc);
     tcase_add_test(tc, test_tuning_rejected);
     tcase_add_test(tc, test_tuning_accepted);
+    tcase_add_test(tc, test_tuning_narrows_for_every_kernel);
     tcase_add_loop_test(tc, test_tuning_env_malformed, 0, NBADTUNINGENV);
     tcase_add_test(tc, test_tuning_env_valid);
     add(s, "build", &tc);

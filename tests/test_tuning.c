@@ -193,7 +193,11 @@ END_TEST
    ever after the search) and a directory are refused before the search (exit 1), an empty --file is
    bad usage (2); a NUL byte in a comment keeps the lines after it (they were cut off, and the entry
    joined the comment); a symbolic link is written through (the file it names gets the entry, the
-   link stays a link). */
+   link stays a link); a file beside which the lock and temporary files cannot be made
+   (/proc/version, even for root) is refused before the search too (it was searched, then not written). */
+static int run_tune(const char *args, const char *mark, const char *text, int *built, int *marked, char *out,
+                    size_t n);
+
 START_TEST(test_tune_file_kinds)
 {
     char dir[64], path[160], link[160], cmd[1024];
@@ -212,6 +216,14 @@ START_TEST(test_tune_file_kinds)
         const int rc = system(cmd);
         ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == kinds[k].status, "--file %s: status %d, expected %d",
                       kinds[k].name, WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, kinds[k].status);
+    }
+    if (access("/proc/version", F_OK) == 0) {
+        static char out[1 << 16];
+        int built = 0, marked = 0;
+        const int prc = run_tune("--quick --budget 0 --L 96 --heads 1 --repeat 1 --file /proc/version",
+                                 "castle-tune:", "", &built, &marked, out, sizeof out);
+        ck_assert_msg(prc == 1 && built == 0, "--file /proc/version: status %d, %d candidates built:\n%.2000s", prc,
+                      built, out);
     }
     /* a NUL byte, behind a symbolic link */
     snprintf(path, sizeof path, "%s/real.tsv", dir);
@@ -398,6 +410,7 @@ START_TEST(test_file_ignored)
         "%s\t%s\tblocks=16\n",                                         /* unknown key */
         "%s %s block=16,threads=64,dchunk=16,vector=4\n",              /* not tab-separated */
         "%s\t%s\n",                                                    /* no tuning field */
+        "%s\t%s\t\n",                                                  /* an empty one (it was taken) */
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; ++k) {
         snprintf(text, sizeof text, bad[k], name, driver);
