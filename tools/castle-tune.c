@@ -50,7 +50,7 @@ static const char usage[] =
     "  --device P:D   OpenCL platform:device or flat index (default: $CASTLE_DEVICE, else 0:0)\n"
     "  --L N          sequence length to tune at (default 1024)\n"
     "  --d N          head dim, 1..256 (default 64)\n"
-    "  --heads N      heads (default 4)\n"
+    "  --heads N      heads (default 4; --L, --heads, --repeat and --max-tiles are at most 1000000)\n"
     "  --repeat N     timed runs per candidate, median taken (default 3)\n"
     "  --max-tiles N  most micro-tiles per work-item of a candidate that is built (default 16)\n"
     "  --budget S     start no candidate after S seconds of search (0: the start alone); the ones left\n"
@@ -140,7 +140,7 @@ static int parse_args(int argc, char **argv, options *o)
         case OPT_REPEAT:
         case OPT_MAX_TILES:
             if (!parse_count(optarg, &x))
-                return bad_usage("expected a positive integer, got", optarg);
+                return bad_usage("expected an integer from 1 to 1000000, got", optarg);
             if (c == OPT_L)
                 o->L = (size_t)x;
             else if (c == OPT_D && x > CASTLE_MAX_HEAD_DIM)
@@ -378,6 +378,22 @@ static void make_parents(const char *path)
    file must be a regular file (not a device such as /dev/null, which the rename would replace, nor
    a FIFO, whose open would wait) that this process may read and write; a new one's directory is
    made (mkdir -p) and must be writable.  0, or the exit status after a message. */
+/* The file path_arg names, through symbolic links (write_entry writes through them); a new file's
+   path is its own. */
+static void resolved(const char *path_arg, char *path, size_t n)
+{
+    char buf[PATH_MAX];
+    snprintf(path, n, "%s", realpath(path_arg, buf) ? buf : path_arg);
+}
+
+/* write_entry's lock file: <file>.lock beside the file path_arg names. */
+static void lock_path(const char *path_arg, char *out, size_t n)
+{
+    char path[4096];
+    resolved(path_arg, path, sizeof path);
+    snprintf(out, n, "%s.lock", path);
+}
+
 static int check_file(const char *path)
 {
     struct stat st;
@@ -395,6 +411,21 @@ static int check_file(const char *path)
             fprintf(stderr, "castle-tune: cannot read and write %s: %s\n", path, strerror(errno));
             return 1;
         }
+        /* write_entry also creates <file>.lock and a temporary file beside the file (the file a link
+           names), and renames: the lock file is made now, where a folder that cannot be written
+           would otherwise fail the run after its search */
+        char lockpath[4200], lockdir[4200];
+        lock_path(path, lockpath, sizeof lockpath);
+        dir_of(lockpath, lockdir, sizeof lockdir);
+        const int lk = open(lockpath, O_RDWR | O_CREAT, 0644);
+        if (lk < 0 || access(lockdir, W_OK | X_OK) != 0) {
+            fprintf(stderr, "castle-tune: cannot write beside %s (its lock file and temporary file): %s\n", path,
+                    strerror(errno));
+            if (lk >= 0)
+                close(lk);
+            return 1;
+        }
+        close(lk);
         return 0;
     }
     if (errno != ENOENT) {
@@ -418,10 +449,9 @@ static int check_file(const char *path)
 static int write_entry(const char *path_arg, const char *device, const char *driver, const castle_tuning *t)
 {
     char path[4096];
-    if (!realpath(path_arg, path)) /* a new file: its own path */
-        snprintf(path, sizeof path, "%s", path_arg);
+    resolved(path_arg, path, sizeof path);
     char lockpath[4200], tmp[4200];
-    snprintf(lockpath, sizeof lockpath, "%s.lock", path);
+    lock_path(path_arg, lockpath, sizeof lockpath);
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     make_parents(path);
     const int lk = open(lockpath, O_RDWR | O_CREAT, 0644);
