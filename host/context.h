@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 
+#define CASTLE_WS_SEEN 16
 struct castle_context {
     cl_context cl_ctx;
     cl_device_id device;
@@ -33,6 +34,14 @@ struct castle_context {
     size_t observer_busy[2];
     bool observer_setting;
     pthread_cond_t observer_idle;
+    /* The workspaces of the context's last CASTLE_WS_SEEN forwards (a ring) and the tunings they ran
+       under: castle_backward refuses one a forward wrote under another tuning (lib/castle.c).  The
+       handles are compared, never used. */
+    struct {
+        cl_mem ws;
+        castle_tuning tuning;
+    } ws_seen[CASTLE_WS_SEEN];
+    unsigned ws_seen_next;
 };
 
 /* One compiler log.  Logs are never freed before the context, so the pointer castle_build_log

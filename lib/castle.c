@@ -3,6 +3,7 @@
 #include "schedule.h"
 #include "context.h"
 #include "error.h"
+#include "tuning.h"
 
 #include <string.h>
 
@@ -68,6 +69,57 @@ castle_status castle_forward_workspace_size(const castle_context *ctx, const cas
 /* d_qu .. d_vc (o, lse are read); the backward adds to them, so it reads them as well */
 #define BACKWARD_WRITES (BIT(CASTLE_TENSOR_COUNT) - BIT(CASTLE_TENSOR_DQU))
 
+static bool same_tuning(const castle_tuning *a, const castle_tuning *b)
+{
+    for (size_t i = 0; i < castle__tuning_nparams; ++i)
+        if (castle__tuning_get(a, &castle__tuning_params[i]) != castle__tuning_get(b, &castle__tuning_params[i]))
+            return false;
+    return true;
+}
+
+/* Notes the tuning a forward on workspace ws runs under (castle_context's ws_seen). */
+static void ws_note(castle_context *ctx, cl_mem ws)
+{
+    castle__ctx_lock(ctx);
+    unsigned slot = CASTLE_WS_SEEN;
+    for (unsigned i = 0; i < CASTLE_WS_SEEN && slot == CASTLE_WS_SEEN; ++i)
+        if (ctx->ws_seen[i].ws == ws)
+            slot = i;
+    if (slot == CASTLE_WS_SEEN) {
+        slot = ctx->ws_seen_next;
+        ctx->ws_seen_next = (slot + 1) % CASTLE_WS_SEEN;
+    }
+    ctx->ws_seen[slot].ws = ws;
+    ctx->ws_seen[slot].tuning = ctx->tuning;
+    castle__ctx_unlock(ctx);
+}
+
+/* A backward on ws under the tuning in force: refused where one of the last forwards wrote ws under
+   another (the state's layout follows the block and the mapping: the backward read it as its own
+   and returned wrong gradients). */
+static castle_status ws_check(castle_context *ctx, cl_mem ws)
+{
+    castle_tuning was, now;
+    bool other = false;
+    castle__ctx_lock(ctx);
+    now = ctx->tuning;
+    for (unsigned i = 0; i < CASTLE_WS_SEEN && !other; ++i)
+        if (ctx->ws_seen[i].ws == ws && !same_tuning(&ctx->ws_seen[i].tuning, &now)) {
+            was = ctx->ws_seen[i].tuning;
+            other = true;
+        }
+    castle__ctx_unlock(ctx);
+    if (!other)
+        return CASTLE_SUCCESS;
+    char a[512], b[512];
+    if (castle_tuning_string(&was, a, sizeof a) || castle_tuning_string(&now, b, sizeof b))
+        a[0] = b[0] = '\0';
+    return castle__fail(CASTLE_ERR_INVALID_ARGUMENT,
+                        "castle_backward: the workspace holds the state of a castle_forward under tuning %s, not "
+                        "under the context's tuning now, %s: run the forward again under it",
+                        a, b);
+}
+
 castle_status castle_forward(castle_context *ctx, const castle_attention_desc *desc, cl_mem qu, cl_mem ku, cl_mem vu,
                              cl_mem qc, cl_mem kc, cl_mem vc, cl_mem o, cl_mem lse, cl_mem workspace,
                              cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_events,
@@ -84,7 +136,10 @@ castle_status castle_forward(castle_context *ctx, const castle_attention_desc *d
     if ((st = castle__check_buffers(ctx, &p, bufs, FORWARD_TENSORS, CASTLE_WRITES_O_LSE, BIT(CASTLE_TENSOR_O), workspace)) ||
         (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
         return st;
-    return castle__schedule_forward(ctx, &p, bufs, workspace, queue, num_wait_events, wait_events, event);
+    st = castle__schedule_forward(ctx, &p, bufs, workspace, queue, num_wait_events, wait_events, event);
+    if (st == CASTLE_SUCCESS)
+        ws_note(ctx, workspace);
+    return st;
 }
 
 castle_status castle_backward(castle_context *ctx, const castle_attention_desc *desc, cl_mem qu, cl_mem ku, cl_mem vu,
@@ -102,7 +157,7 @@ castle_status castle_backward(castle_context *ctx, const castle_attention_desc *
         return st;
     const cl_mem bufs[CASTLE_TENSOR_COUNT] = {qu, ku, vu, qc, kc, vc, o, lse, d_o, d_qu, d_ku, d_vu, d_qc, d_kc, d_vc};
     if ((st = castle__check_buffers(ctx, &p, bufs, BACKWARD_TENSORS, BACKWARD_WRITES, BACKWARD_WRITES, workspace)) ||
-        (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)))
+        (st = castle__check_queue(ctx, queue, num_wait_events, wait_events)) || (st = ws_check(ctx, workspace)))
         return st;
     return castle__schedule_backward(ctx, &p, bufs, workspace, queue, num_wait_events, wait_events, event);
 }

@@ -1792,6 +1792,41 @@ START_TEST(test_tuning_narrows_for_every_kernel)
 }
 END_TEST
 
+/* The forward's state in a workspace is for a backward under the same tuning (castle.h): after
+   castle_context_set_tuning to another block, a backward on that workspace is refused, naming both
+   tunings (it ran, and its gradients were off by up to 0.7), until a forward under the new tuning
+   writes it again. */
+START_TEST(test_tuning_changed_between_passes)
+{
+    castle_context *ctx = own_context();
+    const castle_tuning t16 = tun(16, 64, 16, 0, 0), t8 = tun(8, 8, 8, 0, 0);
+    check_status(castle_context_set_tuning(ctx, &t16), CASTLE_SUCCESS, NULL, "set_tuning {16, 64, 16}");
+    fx f;
+    fx_setup_on(&f, ctx, 1, 2, 40, 8, true); /* a forward on the workspace under block 16 */
+    cl_mem g[7];
+    for (int k = 0; k < 7; ++k)
+        g[k] = new_buf(f.clc, f.bytes[0], k == 0 ? 9 : -1); /* dO, then the six gradients */
+    cl_mem *m = f.buf;
+    fwd_args a = fx_args(&f);
+#define BACKWARD()                                                                                                     \
+    castle_backward(ctx, &f.desc, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[WS], g[0], g[1], g[2], g[3], g[4], \
+                    g[5], g[6], f.q, 0, NULL, NULL)
+    check_status(BACKWARD(), CASTLE_SUCCESS, NULL, "backward under the forward's tuning");
+    check_status(castle_context_set_tuning(ctx, &t8), CASTLE_SUCCESS, NULL, "set_tuning {8, 8, 8}");
+    check_status(BACKWARD(), CASTLE_ERR_INVALID_ARGUMENT, "run the forward again", "backward after set_tuning");
+    check_message(CASTLE_ERR_INVALID_ARGUMENT, "block=16", "backward after set_tuning: the forward's tuning");
+    check_message(CASTLE_ERR_INVALID_ARGUMENT, "block=8", "backward after set_tuning: the tuning now");
+    check_status(fwd(&a, NULL), CASTLE_SUCCESS, NULL, "forward under block 8"); /* its workspace is large enough */
+    check_status(BACKWARD(), CASTLE_SUCCESS, NULL, "backward after the forward under block 8");
+#undef BACKWARD
+    clFinish(f.q);
+    for (int k = 0; k < 7; ++k)
+        clReleaseMemObject(g[k]);
+    fx_teardown(&f);
+    castle_context_destroy(ctx);
+}
+END_TEST
+
 /* The first NMALFORMED are malformed (named by the variable), the rest well-formed bad values. */
 static const char *const bad_tuning_env[] = {"block=abc", "foo=3", "block=32;threads=64", "block",
                                              "block=4294967328", "block=-32", "block=+32", "threads=", "block=16,",
@@ -2117,6 +2152,7 @@ Suite *errors_suite(void)
     tcase_add_test(tc, test_tuning_rejected);
     tcase_add_test(tc, test_tuning_accepted);
     tcase_add_test(tc, test_tuning_narrows_for_every_kernel);
+    tcase_add_test(tc, test_tuning_changed_between_passes);
     tcase_add_loop_test(tc, test_tuning_env_malformed, 0, NBADTUNINGENV);
     tcase_add_test(tc, test_tuning_env_valid);
     add(s, "build", &tc);

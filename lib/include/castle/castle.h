@@ -265,7 +265,9 @@ CASTLE_API castle_status castle_tuning_file(char *path, size_t size);
 CASTLE_API const char *castle_context_tuning_name(const castle_context *ctx);
 /* Validates against the device and installs (struct_size must be sizeof(castle_tuning), else
    CASTLE_ERR_DESC_VERSION).  Workspaces are sized by the block: a workspace sized
-   under one tuning must not be used under another.  A context keeps every kernel program it builds
+   under one tuning must not be used under another, and the state a castle_forward leaves in it is
+   for a castle_backward under the same tuning (castle_backward refuses, CASTLE_ERR_INVALID_ARGUMENT,
+   a workspace that one of the context's last 16 forwards wrote under another tuning).  A context keeps every kernel program it builds
    (one per kernel family, tuning and head-dimension class) until it is destroyed, at most 48: a
    call that needs one more fails with CASTLE_ERR_INVALID_ARGUMENT ("more than 48 kernel programs");
    a search over many tunings uses a context per candidate (as castle-tune does). */
