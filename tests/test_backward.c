@@ -32,6 +32,41 @@ START_TEST(test_deterministic)
 }
 END_TEST
 
+/* On an out-of-order queue, the backward waiting only for the forward's event (its launches chained
+   by events: host/launch.c), the outputs and gradients are bitwise those of the in-order queue:
+   folded (B H = 4) and one launch per anti-diagonal (B H = 1), with a window. */
+START_TEST(test_out_of_order_queue)
+{
+    static const h_fwd_case cases[] = {{2, 2, 200, 48, 0, H_BLHD, 1, 0, 91}, {1, 1, 200, 48, 7, H_BHLD, 1, 0, 92}};
+    const h_fwd_case *c = &cases[_i];
+    castle_context *ctx = h_context();
+    ck_assert_msg(ctx != NULL, "no device: %s", castle_last_error());
+    cl_command_queue_properties props = 0;
+    clGetDeviceInfo(castle_context_device(ctx), CL_DEVICE_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+    if (!(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)) {
+        fprintf(stderr, "test_out_of_order_queue: skipped, the device has no out-of-order queues\n");
+        return;
+    }
+    cl_int err;
+    cl_command_queue oq = clCreateCommandQueue(castle_context_cl_context(ctx), castle_context_device(ctx),
+                                               CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    ck_assert(oq);
+    h_fwd_out a, b;
+    ck_assert(h_run_backward(ctx, h_queue(), c, H_GRAD_NONE, true, &a) == CASTLE_SUCCESS);
+    ck_assert(h_run_backward(ctx, oq, c, H_GRAD_NONE, true, &b) == CASTLE_SUCCESS);
+    const size_t n = c->B * c->H * c->L * c->d;
+    ck_assert_msg(!memcmp(a.o, b.o, n * sizeof(float)), "o differs on an out-of-order queue");
+    ck_assert_msg(!memcmp(a.lse, b.lse, c->B * c->H * c->L * sizeof(float)), "lse differs on an out-of-order queue");
+    for (int k = 0; k < 6; ++k)
+        ck_assert_msg(!memcmp(a.grad[k], b.grad[k], n * sizeof(float)), "%s differs on an out-of-order queue",
+                      grad_names[k]);
+    ck_assert(b.guards_ok);
+    h_fwd_out_free(&a);
+    h_fwd_out_free(&b);
+    clReleaseCommandQueue(oq);
+}
+END_TEST
+
 /* castle_backward twice on the workspace of one castle_forward: bitwise the same gradients, and the
    second run's within BACKWARD_TOL of the fp64 reference.  The backward must leave the forward's
    state intact and write its own scratch (the working copy of D, dD, Delta, the sums of dY) before
@@ -260,6 +295,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_deterministic, 0, 2);
     tcase_add_loop_test(tc, test_again, 0, 2);
+    tcase_add_loop_test(tc, test_out_of_order_queue, 0, 2);
     tcase_add_test(tc, test_d_o_is_o);
     suite_add_tcase(s, tc);
     tc = tcase_create("magnitudes");
