@@ -501,10 +501,12 @@ def _mems(tensors):
 SIX = ("qu", "ku", "vu", "qc", "kc", "vc")
 
 
-def workspace(device, desc):
+def workspace(device, desc, fn):
+    """The workspace castle_forward needs for desc; fn (the caller's name) names its errors: the size
+    query is the first library call to check desc (a scale above 65536 was reported as
+    castle_forward_workspace_size's error)."""
     n = ctypes.c_size_t(0)
-    _check(lib.castle_forward_workspace_size(device._handle, ctypes.byref(desc), ctypes.byref(n)),
-           "castle_forward_workspace_size")
+    _check(lib.castle_forward_workspace_size(device._handle, ctypes.byref(desc), ctypes.byref(n)), fn)
     return Buffer(device, n.value)
 
 
@@ -512,7 +514,7 @@ def _forward(fn, dev, ins, shape, window, scale, outs):
     """castle_forward for the Tensors ins; fn (the caller's name) for argument errors."""
     desc = make_desc(fn, shape, window, scale, zip(range(6), ins))
     o, lse = outs.new(shape), outs.new(shape[:3])
-    ws = workspace(dev, desc)
+    ws = workspace(dev, desc, fn)
     _check(lib.castle_forward(dev._handle, ctypes.byref(desc), *_mems(ins), o, lse, ws.mem, dev.queue, 0, None, None),
            "castle_forward")
     return desc, o, lse, ws

@@ -168,6 +168,7 @@ def test_bad_shapes_and_dtypes(rng):
     with pytest.raises(castle.CastleError) as e:  # the library's own check (above CASTLE_MAX_SCALE)
         castle.forward(*x, scale=1e6)
     assert e.value.name == "CASTLE_ERR_BAD_SCALE" and "scale" in e.value.message
+    assert str(e.value).startswith("castle.forward: ")  # the call made, not the size query inside it
 
 
 def test_devices_and_device_errors():
