@@ -9,6 +9,8 @@
    "NNN tuning family-file class" goes to DIR/index (tuning: the entry's name, or variant-I and
    sums-I).  Programs equal to one already written (same file, same options) are skipped.  The
    sources are those the library would build: $CASTLE_CL_DIR's if set, else the embedded copies.
+   DIR/max_kernels holds CASTLE_MAX_PROGRAM_KERNELS, the most kernels a program may define (the
+   context's kernel slots are sized by it: host/program.h).
    Exit status 0, or 1 with a message on stderr. */
 #include "program.h"
 #include "tuning.h"
@@ -123,6 +125,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "kernel_lint: cannot write %s\n", path);
         return 1;
     }
+    snprintf(path, sizeof path, "%s/max_kernels", argv[1]);
+    char limit[16];
+    snprintf(limit, sizeof limit, "%d\n", CASTLE_MAX_PROGRAM_KERNELS);
+    if (write_file(path, limit))
+        return 1;
     const size_t entries = castle__tuning_table_size();
     for (size_t e = 0; e < entries; ++e) {
         castle_tuning t;
