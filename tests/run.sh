@@ -7,7 +7,8 @@
 #   3. Mesa's rusticl on llvmpipe (RUSTICL_ENABLE=llvmpipe; package mesa-opencl-icd): the quick tier
 #      (every operation on small shapes, the CLI and error suites); CASTLE_RUSTICL_TIER=full for all.
 # Oclgrind, the fourth, runs inside the suites (test_oclgrind).  The suites that do not use the
-# implementation (label host: references, .npy, install, exports, Oclgrind) run once, on the first,
+# implementation, or whose subject is a tool (label host: references, .npy, install, exports, Oclgrind,
+# cl-variants.sh, gpu-session.sh; tests/CMakeLists.txt lists them) run once, on the first,
 # and so do the test cases under tunings other than the device's entry (label variants:
 # tests/CMakeLists.txt), whose every tuning builds its own kernels (minutes each on PoCL).
 #
