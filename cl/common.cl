@@ -8,7 +8,7 @@
 #define BLK 32          /* rows per block (docs/algorithm.md section 3) */
 #endif
 #ifndef NT
-#define NT 256          /* work-items per work-group; multiple of BLK, divides BLK*BLK and BLK*DT */
+#define NT 128          /* work-items per work-group; multiple of BLK; NT x TM x TN x VW divides BLK*BLK, BLK*DT */
 #endif
 #ifndef DT
 #define DT 32           /* columns of d staged through local memory per step */
@@ -25,6 +25,9 @@
 
 #ifndef STG
 #define STG 2           /* how work-items share a tile's copy: 1 contiguous runs (CPUs), 2 interleaved */
+#endif
+#ifndef DEC
+#define DEC 2           /* decode mapping: 1 a work-item per cache row (SIMD CPUs), 2 teams per row (GPUs) */
 #endif
 
 /* Where the kernels that keep d-wide rows in private arrays (the causal forward and backward, the

@@ -9,6 +9,7 @@
 #include "causal.h" /* CASTLE_DECODE_ROWS, CASTLE_DECODE_GROUP */
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,20 @@ int castle__head_dim_class(castle_family f, const castle_tuning *t, size_t d)
     return c;
 }
 
+enum { OPT_BYTES = 1024 };
+
+/* Appends a formatted option to opt (OPT_BYTES long); *used counts what it would take, so that a
+   string cut short shows as *used >= OPT_BYTES and nothing is written past the buffer. */
+static void opt_add(char *opt, size_t *used, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const int w = vsnprintf(opt + (*used < OPT_BYTES ? *used : OPT_BYTES - 1),
+                            *used < OPT_BYTES ? OPT_BYTES - *used : 1, fmt, ap);
+    va_end(ap);
+    *used += w > 0 ? (size_t)w : 0;
+}
+
 castle_status castle__program_source(castle_family f, const castle_tuning *tuning, int dclass, char **source,
                                      char **options)
 {
@@ -124,7 +139,7 @@ castle_status castle__program_source(castle_family f, const castle_tuning *tunin
         free(common);
         return st;
     }
-    enum { OPT_BYTES = 512 };
+    /* the build options, at most OPT_BYTES - 1 characters (today's longest: 241) */
     /* The three files in order, each after a #line directive, so that a compiler's messages and a
        program's debug lines (tools/oclgrind-banks.sh) give the file and its own line numbers. */
 #define SOURCE_FMT "%s#line 1 \"local_memory.h\"\n%s\n#line 1 \"common.cl\"\n%s\n#line 1 \"%s\"\n%s"
@@ -143,25 +158,32 @@ castle_status castle__program_source(castle_family f, const castle_tuning *tunin
     snprintf(src, n, SOURCE_FMT, prelude, sizes, common, families[f].file, body);
 #undef SOURCE_FMT
     /* one -D option per kernel macro of castle.h's CASTLE_TUNING_PARAMS */
-    size_t used = (size_t)snprintf(opt, OPT_BYTES, "-cl-std=CL1.2");
+    size_t used = 0;
+    opt_add(opt, &used, "-cl-std=CL1.2");
     for (size_t i = 0; i < castle__tuning_nparams; ++i) {
         const castle_tuning_param *p = &castle__tuning_params[i];
         if (p->macro)
-            used += (size_t)snprintf(opt + used, OPT_BYTES - used, " -D%s=%u", p->macro, castle__tuning_get(t, p));
+            opt_add(opt, &used, " -D%s=%u", p->macro, castle__tuning_get(t, p));
     }
     /* NVIDIA's register cap, the family's regs (fregs for the forwards; castle__tuning_check allows
        it only on devices with cl_nv_compiler_options) */
     if (t->regs)
-        used += (size_t)snprintf(opt + used, OPT_BYTES - used, " -cl-nv-maxrregcount=%u", t->regs);
+        opt_add(opt, &used, " -cl-nv-maxrregcount=%u", t->regs);
     /* then the constants the kernels share with the host (defined once, in C), the family's own
        option and CASTLE_BUILD_QUIET (program.h) */
-    snprintf(opt + used, OPT_BYTES - used,
-             " -DCASTLE_MAX_HEAD_DIM=%d -DCASTLE_HEAD_DIM_CLASS=%d -DCASTLE_DECODE_ROWS=%d -DCASTLE_DECODE_GROUP=%d%s"
-             CASTLE_BUILD_QUIET,
-             CASTLE_MAX_HEAD_DIM, dclass, CASTLE_DECODE_ROWS, CASTLE_DECODE_GROUP, families[f].option);
+    opt_add(opt, &used,
+            " -DCASTLE_MAX_HEAD_DIM=%d -DCASTLE_HEAD_DIM_CLASS=%d -DCASTLE_DECODE_ROWS=%d -DCASTLE_DECODE_GROUP=%d%s"
+            CASTLE_BUILD_QUIET,
+            CASTLE_MAX_HEAD_DIM, dclass, CASTLE_DECODE_ROWS, CASTLE_DECODE_GROUP, families[f].option);
     free(sizes);
     free(common);
     free(body);
+    if (used >= OPT_BYTES) { /* a longer list of tuning parameters than the buffer was sized for */
+        free(src);
+        free(opt);
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "the build options of %s need more than %d bytes",
+                            families[f].file, (int)OPT_BYTES - 1);
+    }
     *source = src;
     *options = opt;
     return CASTLE_SUCCESS;

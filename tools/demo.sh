@@ -7,6 +7,11 @@
 # 16 one at a time through the UQ-KV cache).
 # usage: bash tools/demo.sh [output folder, default build/demo]
 set -euo pipefail
+case "${1:-}" in
+-h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+-*) echo "demo.sh: unknown option $1 (usage: bash tools/demo.sh [output folder])" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "demo.sh: one output folder at most (usage: bash tools/demo.sh [output folder])" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 say() { printf '\n== %s\n' "$*"; }
 
