@@ -5,6 +5,7 @@
 #include "ref_grad.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,19 @@ castle_context *h_context(void)
 }
 
 cl_command_queue h_queue(void) { return castle_context_queue(h_context()); }
+
+cl_command_queue h_out_of_order_queue(castle_context *ctx, const char *who)
+{
+    cl_command_queue_properties props = 0;
+    cl_int err = clGetDeviceInfo(castle_context_device(ctx), CL_DEVICE_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+    cl_command_queue q = NULL;
+    if (err == CL_SUCCESS && (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE))
+        q = clCreateCommandQueue(castle_context_cl_context(ctx), castle_context_device(ctx),
+                                 CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    if (!q)
+        fprintf(stderr, "%s: skipped, no out-of-order queue on this device (OpenCL status %d)\n", who, (int)err);
+    return q;
+}
 
 static uint64_t mix(uint64_t z)
 {

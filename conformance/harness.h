@@ -15,6 +15,9 @@
    the reason in castle_last_error(). */
 castle_context *h_context(void);
 cl_command_queue h_queue(void);
+/* A new out-of-order queue on ctx's context and device (the caller releases it), or NULL with a line
+   on stderr naming `who` where the device has none (the test that wanted it is then skipped). */
+cl_command_queue h_out_of_order_queue(castle_context *ctx, const char *who);
 
 /* The test value of element (tensor, b, h, row, col) for a seed, in [-1, 1): independent of the
    shape, so a length-P run sees exactly the first P rows of a length-L run. */

@@ -41,16 +41,9 @@ START_TEST(test_out_of_order_queue)
     const h_fwd_case *c = &cases[_i];
     castle_context *ctx = h_context();
     ck_assert_msg(ctx != NULL, "no device: %s", castle_last_error());
-    cl_command_queue_properties props = 0;
-    clGetDeviceInfo(castle_context_device(ctx), CL_DEVICE_QUEUE_PROPERTIES, sizeof props, &props, NULL);
-    if (!(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)) {
-        fprintf(stderr, "test_out_of_order_queue: skipped, the device has no out-of-order queues\n");
+    cl_command_queue oq = h_out_of_order_queue(ctx, "test_out_of_order_queue");
+    if (!oq)
         return;
-    }
-    cl_int err;
-    cl_command_queue oq = clCreateCommandQueue(castle_context_cl_context(ctx), castle_context_device(ctx),
-                                               CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
-    ck_assert(oq);
     h_fwd_out a, b;
     ck_assert(h_run_backward(ctx, h_queue(), c, H_GRAD_NONE, true, &a) == CASTLE_SUCCESS);
     ck_assert(h_run_backward(ctx, oq, c, H_GRAD_NONE, true, &b) == CASTLE_SUCCESS);

@@ -494,9 +494,7 @@ START_TEST(test_backward_reproducible)
     run_backward(&c, h_queue(), b);
     for (int i = 0; i < 3; ++i)
         ck_assert_msg(!memcmp(a[i], b[i], n * sizeof(float)), "gradient %d differs between two runs", i);
-    cl_int err;
-    cl_command_queue ooo = clCreateCommandQueue(castle_context_cl_context(ctx()), castle_context_device(ctx()),
-                                                CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    cl_command_queue ooo = h_out_of_order_queue(ctx(), "test_causal's backward on an out-of-order queue");
     if (ooo) {
         float *o3[3];
         run_backward(&c, ooo, o3);
@@ -505,8 +503,6 @@ START_TEST(test_backward_reproducible)
             free(o3[i]);
         }
         clReleaseCommandQueue(ooo);
-    } else {
-        fprintf(stderr, "test_causal: no out-of-order queue on this device (OpenCL %d); that part is skipped\n", err);
     }
     for (int i = 0; i < 3; ++i) {
         free(a[i]);
@@ -661,13 +657,9 @@ END_TEST
 START_TEST(test_decode_out_of_order)
 {
     const dec_case dc = {{2, 2, 80, 64, H_BHLD, 1, 0, 95}, 30, 3, true};
-    cl_int err;
-    cl_command_queue ooo = clCreateCommandQueue(castle_context_cl_context(ctx()), castle_context_device(ctx()),
-                                                CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
-    if (!ooo) {
-        fprintf(stderr, "test_causal: no out-of-order queue on this device (OpenCL %d); skipped\n", err);
+    cl_command_queue ooo = h_out_of_order_queue(ctx(), "test_decode_out_of_order");
+    if (!ooo)
         return;
-    }
     castle_attention_desc cd;
     castle_attention_desc_init(&cd, dc.c.B, dc.c.H, dc.c.L, dc.c.d);
     castle_kv_cache *k1 = NULL, *k2 = NULL;

@@ -437,16 +437,9 @@ START_TEST(test_out_of_order_queue)
     const dec_case c = {2, 2, 16, 5, {20, 9}, 12, 5, 0, H_BHLD, true, 31, false};
     castle_context *ctx = h_context();
     ck_assert_msg(ctx, "no device: %s", castle_last_error());
-    cl_command_queue_properties props = 0;
-    clGetDeviceInfo(castle_context_device(ctx), CL_DEVICE_QUEUE_PROPERTIES, sizeof props, &props, NULL);
-    if (!(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)) {
-        fprintf(stderr, "test_out_of_order_queue: skipped, the device has no out-of-order queues\n");
+    cl_command_queue oq = h_out_of_order_queue(ctx, "test_out_of_order_queue");
+    if (!oq)
         return;
-    }
-    cl_int err;
-    cl_command_queue oq = clCreateCommandQueue(castle_context_cl_context(ctx), castle_context_device(ctx),
-                                               CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
-    ck_assert(oq);
     const size_t cap = cap_of(&c), d = c.d, BH = c.B * c.H;
     float *o = calloc(BH * cap * d, sizeof(float)), *lse = calloc(BH * cap, sizeof(float));
     float *o2 = calloc(BH * cap * d, sizeof(float)), *lse2 = calloc(BH * cap, sizeof(float));
