@@ -151,8 +151,8 @@ CASTLE_API const char *castle_build_log(const castle_context *ctx);
    call, but the operation that launched is not finished: an operation would run, and call fn again
    from within); castle_context_set_launch_observer(ctx, ...) is refused with
    CASTLE_ERR_INVALID_ARGUMENT from within fn, and from within any observer called inside fn (fn
-   may call into the library with another context).  While an observer is set every launch creates an event.  fn = NULL
-   removes it.  Setting or removing an observer returns once no call of the previous one is in
+   may call into the library with another context).  While an observer is set every launch creates
+   an event.  fn = NULL removes it.  Setting or removing an observer returns once no call of the previous one is in
    progress on any thread, and none begins after: its user data may then be freed.
    CASTLE_ERR_NULL_CONTEXT when ctx is NULL. */
 typedef void (*castle_launch_observer)(void *user, const char *kernel, cl_event event, size_t groups,
@@ -267,10 +267,11 @@ CASTLE_API const char *castle_context_tuning_name(const castle_context *ctx);
    CASTLE_ERR_DESC_VERSION).  Workspaces are sized by the block: a workspace sized
    under one tuning must not be used under another, and the state a castle_forward leaves in it is
    for a castle_backward under the same tuning (castle_backward refuses, CASTLE_ERR_INVALID_ARGUMENT,
-   a workspace that one of the context's last 16 forwards wrote under another tuning).  A context keeps every kernel program it builds
-   (one per kernel family, tuning and head-dimension class) until it is destroyed, at most 48: a
-   call that needs one more fails with CASTLE_ERR_INVALID_ARGUMENT ("more than 48 kernel programs");
-   a search over many tunings uses a context per candidate (as castle-tune does). */
+   a workspace that one of the context's last 16 forwards wrote under another tuning).  A context
+   keeps every kernel program it builds (one per kernel family, tuning and head-dimension class)
+   until it is destroyed, at most 48: a call that needs one more fails with
+   CASTLE_ERR_INVALID_ARGUMENT ("more than 48 kernel programs"); a search over many tunings uses a
+   context per candidate (as castle-tune does). */
 CASTLE_API castle_status castle_context_set_tuning(castle_context *ctx, const castle_tuning *tuning);
 
 /* ---- Attention descriptor ---------------------------------------------------------------- */
@@ -350,10 +351,10 @@ CASTLE_API castle_status castle_attention_desc_set_blhd(castle_attention_desc *d
 /* Bytes of workspace castle_forward and castle_backward need for this descriptor on this context
    (*bytes > 0): per batch entry and head 12 Lpad d + 3 Lpad (block + 1) floats, Lpad = L rounded up
    to whole blocks of the tuning (docs/algorithm.md section 3), so for small d the block terms
-   dominate (d = 1, L = 2, block 64: 13 248 floats).  The forward writes there the state the backward pass reads (each D_j
-   after its last update, kept as a float pair so the backward can roll it back exactly); the
-   backward uses the rest as scratch and leaves the forward's state intact, so it may run again.
-   A workspace larger than the device's largest allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE) is
+   dominate (d = 1, L = 2, block 64: 13 248 floats).  The forward writes there the state the
+   backward pass reads (each D_j after its last update, kept as a float pair so the backward can
+   roll it back exactly); the backward uses the rest as scratch and leaves the forward's state
+   intact, so it may run again.  A workspace larger than the device's largest allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE) is
    CASTLE_ERR_WORKSPACE_TOO_LARGE; *bytes still receives its size. */
 CASTLE_API castle_status castle_forward_workspace_size(const castle_context *ctx,
                                                        const castle_attention_desc *desc, size_t *bytes);
