@@ -165,6 +165,10 @@ static bool backward_fits(const castle_tuning *t)
     return tile_fits(&slab) && (slab.dchunk == t->dchunk || CASTLE_BW_D1_WIDE(t->block, t->dchunk));
 }
 
+/* The forward's shape (cl/forward.cl, under fthreads and fdchunk): whole blocks of rows per
+   work-group and whole micro-tiles per work-item of each product. */
+static bool forward_fits(const castle_tuning *fw) { return fw->threads % fw->block == 0 && tile_fits(fw); }
+
 /* Whether every parameter is at most its largest value (castle.h): then tile_fits's products cannot
    wrap around (tn x vector = 2^32 would be 0, and b % 0 a division by zero). */
 static bool bounded(const castle_tuning *t)
@@ -184,7 +188,7 @@ static bool all_shapes_fit(const castle_tuning *given)
     derive_rest(&t);
     const castle_tuning bw = castle__family_tuning(CASTLE_FAMILY_BACKWARD, &t);
     const castle_tuning fw = castle__family_tuning(CASTLE_FAMILY_FORWARD, &t);
-    return tile_fits(&t) && backward_fits(&bw) && fw.threads % t.block == 0 && tile_fits(&fw);
+    return tile_fits(&t) && backward_fits(&bw) && forward_fits(&fw);
 }
 
 /* castle__tuning_resolve's vector, tm and tn. */
@@ -277,7 +281,7 @@ castle_status castle__tuning_check(const castle_tuning *t, const castle_device_i
                             "d-wide products out in wider slabs)",
                             bw.threads, bw.tm, t->tn, v, b, b * b, b * c);
     const castle_tuning fw = castle__family_tuning(CASTLE_FAMILY_FORWARD, t);
-    if (fw.threads % b || !tile_fits(&fw))
+    if (!forward_fits(&fw))
         return castle__fail(CASTLE_ERR_BAD_TUNING,
                             "tuning fthreads=%u, fdchunk=%u (the forward's work-group and d chunk) x tm=%u x tn=%u x "
                             "vector=%u: fthreads must be a multiple of block=%u, tn x vector must divide fdchunk, and "
