@@ -14,24 +14,25 @@ clang=${2:?usage: kernel_lint.sh KERNEL_LINT CLANG}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$lint" "$work"
-n=0 bad=0
+n=0 bad=0 max=$(cat "$work/max_kernels")
+cl=(-x cl -cl-std=CL1.2 -target spir64 -Xclang -finclude-default-header) # as OpenCL C 1.2, one program
 while read -r id entry family class; do
     n=$((n + 1))
-    # shellcheck disable=SC2046 # the options file holds one build option per word
-    if ! "$clang" -x cl -cl-std=CL1.2 -target spir64 -Xclang -finclude-default-header -fsyntax-only \
-        -Wall -Wextra -Wno-unused-parameter -Werror $(cat "$work/$id.opt") "$work/$id.cl" >"$work/$id.log" 2>&1; then
-        bad=$((bad + 1))
-        echo "FAIL $entry $family (head-dimension class $class): $(cat "$work/$id.opt")"
+    # shellcheck disable=SC2207 # the options file holds one build option per word
+    opt=($(cat "$work/$id.opt"))
+    ok=1
+    if ! "$clang" "${cl[@]}" -fsyntax-only -Wall -Wextra -Wno-unused-parameter -Werror "${opt[@]}" "$work/$id.cl" \
+        >"$work/$id.log" 2>&1; then
+        ok=0
+        echo "FAIL $entry $family (head-dimension class $class): ${opt[*]}"
         grep -E 'error|warning' "$work/$id.log" | head -5
     fi
-    # shellcheck disable=SC2046
-    k=$("$clang" -x cl -cl-std=CL1.2 -target spir64 -Xclang -finclude-default-header -E -P $(cat "$work/$id.opt") \
-        "$work/$id.cl" 2>/dev/null | grep -Eo '\b__kernel\b' | wc -l)
-    if [ "$k" -gt "$(cat "$work/max_kernels")" ] || [ "$k" -lt 1 ]; then
-        bad=$((bad + 1))
-        echo "FAIL $entry $family (head-dimension class $class): $k kernels, at most $(cat "$work/max_kernels")" \
-            "(CASTLE_MAX_PROGRAM_KERNELS)"
+    k=$("$clang" "${cl[@]}" -E -P "${opt[@]}" "$work/$id.cl" 2>/dev/null | grep -Eo '\b__kernel\b' | wc -l)
+    if [ "$k" -gt "$max" ] || [ "$k" -lt 1 ]; then
+        ok=0
+        echo "FAIL $entry $family (head-dimension class $class): $k kernels, at most $max (CASTLE_MAX_PROGRAM_KERNELS)"
     fi
+    bad=$((bad + 1 - ok))
 done <"$work/index"
 [ "$n" -gt 0 ] || { echo "kernel_lint.sh: no programs" >&2; exit 1; }
 echo "kernel_lint.sh: $((n - bad)) of $n programs compile without warnings ($("$clang" --version | head -1))"
