@@ -374,26 +374,20 @@ static void make_parents(const char *path)
     mkdir(dir, 0755);
 }
 
-/* Before the search, so that a search of hours does not end in "cannot write": an existing tuning
-   file must be a regular file (not a device such as /dev/null, which the rename would replace, nor
-   a FIFO, whose open would wait) that this process may read and write; a new one's directory is
-   made (mkdir -p) and must be writable.  0, or the exit status after a message. */
-/* The file path_arg names, through symbolic links (write_entry writes through them); a new file's
-   path is its own. */
-static void resolved(const char *path_arg, char *path, size_t n)
+/* The file path_arg names, through symbolic links (write_entry writes through them), and its lock
+   file, <file>.lock beside it; a new file's path is its own. */
+static void resolved(const char *path_arg, char *path, size_t n, char *lockpath, size_t nlock)
 {
     char buf[PATH_MAX];
     snprintf(path, n, "%s", realpath(path_arg, buf) ? buf : path_arg);
+    snprintf(lockpath, nlock, "%s.lock", path);
 }
 
-/* write_entry's lock file: <file>.lock beside the file path_arg names. */
-static void lock_path(const char *path_arg, char *out, size_t n)
-{
-    char path[4096];
-    resolved(path_arg, path, sizeof path);
-    snprintf(out, n, "%s.lock", path);
-}
-
+/* Before the search, so that a search of hours does not end in "cannot write": an existing tuning
+   file must be a regular file (not a device such as /dev/null, which the rename would replace, nor
+   a FIFO, whose open would wait) that this process may read and write, beside which its lock file
+   can be made and its temporary file written; a new one's directory is made (mkdir -p) and must be
+   writable.  0, or the exit status after a message. */
 static int check_file(const char *path)
 {
     struct stat st;
@@ -414,8 +408,8 @@ static int check_file(const char *path)
         /* write_entry also creates <file>.lock and a temporary file beside the file (the file a link
            names), and renames: the lock file is made now, where a folder that cannot be written
            would otherwise fail the run after its search */
-        char lockpath[4200], lockdir[4200];
-        lock_path(path, lockpath, sizeof lockpath);
+        char file[4096], lockpath[4200], lockdir[4200];
+        resolved(path, file, sizeof file, lockpath, sizeof lockpath);
         dir_of(lockpath, lockdir, sizeof lockdir);
         const int lk = open(lockpath, O_RDWR | O_CREAT, 0644);
         if (lk < 0 || access(lockdir, W_OK | X_OK) != 0) {
@@ -448,10 +442,8 @@ static int check_file(const char *path)
    through (the file it names is replaced, the link stays); the file keeps its permissions. */
 static int write_entry(const char *path_arg, const char *device, const char *driver, const castle_tuning *t)
 {
-    char path[4096];
-    resolved(path_arg, path, sizeof path);
-    char lockpath[4200], tmp[4200];
-    lock_path(path_arg, lockpath, sizeof lockpath);
+    char path[4096], lockpath[4200], tmp[4200];
+    resolved(path_arg, path, sizeof path, lockpath, sizeof lockpath);
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     make_parents(path);
     const int lk = open(lockpath, O_RDWR | O_CREAT, 0644);
