@@ -841,11 +841,9 @@ START_TEST(test_prefill_workspace_too_large)
     snprintf(what, sizeof what, "prefill of H=%zu, L=%zu, d=1 (largest allocation %zu bytes)", H, L, max);
     check_status(castle_prefill(ctx, cache, &d, lengths, in, in, in, in, in, in, o, NULL, q, 0, NULL, NULL),
                  CASTLE_ERR_WORKSPACE_TOO_LARGE, "CL_DEVICE_MAX_MEM_ALLOC_SIZE", what);
-    size_t *len = calloc(1, sizeof *len);
-    ck_assert(len != NULL);
+    size_t len[1] = {12345};
     check_status(castle_cache_lengths(cache, len), CASTLE_SUCCESS, NULL, "lengths after the refused prefill");
     ck_assert_msg(len[0] == 0, "the refused prefill left %zu tokens in the cache", len[0]);
-    free(len);
     clReleaseMemObject(in);
     clReleaseMemObject(o);
     castle_cache_destroy(cache);
