@@ -13,8 +13,10 @@
 #include "context.h"
 #include "error.h"
 #include "launch.h"
+#include "loops.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,6 +121,13 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
         ragged = ragged || lengths[b] != p->L;
     cl_kernel kstore, ku = NULL;
     castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, p->d, "castle_cache_prefill_store", &kstore);
+    if (st == CASTLE_SUCCESS && ragged) { /* its first work-group loops over all N key blocks (host/loops.c) */
+        char advice[96];
+        snprintf(advice, sizeof advice, "at d = %zu prompts of at most %zu tokens fit", p->d,
+                 castle__loops_max_units(CASTLE_LOOPS_PREFILL_U, p->d, 0, ctx->info.loop_limit) * ctx->tuning.block);
+        st = castle__loop_check(ctx->info.loop_limit, "castle_prefill", "castle_cache_prefill_u",
+                                castle__loops(CASTLE_LOOPS_PREFILL_U, p->d, p->N, 0), advice);
+    }
     if (st == CASTLE_SUCCESS && ragged)
         st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, p->d, "castle_cache_prefill_u", &ku);
     if (st != CASTLE_SUCCESS)
@@ -253,6 +262,16 @@ done:
 
 /* ---- decode ------------------------------------------------------------------------------------- */
 
+/* The rows a work-group of S rows takes over n tokens after `longest` cached ones, at most (its rows
+   up to each token's own: min(S, longest + i + 1) for token i), saturating. */
+static size_t decode_rows(size_t S, size_t longest, size_t n)
+{
+    const size_t ramp = S > longest + 1 ? S - longest - 1 : 0, a = ramp < n ? ramp : n;
+    /* sum over i < a of (longest + i + 1), then S for each of the other n - a tokens */
+    const double sum = (double)a * (double)longest + (double)a * ((double)a + 1) / 2 + (double)(n - a) * (double)S;
+    return sum >= (double)SIZE_MAX ? SIZE_MAX : (size_t)sum;
+}
+
 castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, const castle_problem *p, size_t longest,
                                       const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
                                       const cl_event *wait, cl_event *event)
@@ -269,35 +288,47 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
     if (err != CL_SUCCESS || !wg[0])
         return castle__fail(err ? (castle_status)err : CASTLE_ERR_DEVICE_UNSUPPORTED,
                             "cannot read the decode kernel's work-group size");
-    castle_chain ch;
-    if ((st = castle__chain_init(&ch, queue, nwait, wait, event)))
-        return st;
-    if (!c->lens_valid) { /* after a reset: every sequence starts empty */
-        const cl_int zero = 0;
-        cl_uint n;
-        const cl_event *list;
-        cl_event *evp, ev;
-        castle__chain_next(&ch, false, &n, &list, &evp, &ev);
-        err = clEnqueueFillBuffer(queue, c->lens, &zero, sizeof zero, 0, c->B * sizeof(cl_int), n, list, evp);
-        if ((st = castle__chain_done(&ch, false, err, ev, "clEnqueueFillBuffer")))
-            return castle__chain_end(&ch), st;
-    }
-
     /* Work-groups per sequence: enough over all heads to fill the device (castle__device_fill_groups),
        each over at least MIN_CHUNK rows, and at most as many as the partials buffer holds for n
        tokens (nchunks partials per batch entry and head); with one, the attend kernel writes the
-       outputs itself. */
+       outputs itself.  Where a work-item's loops are limited (host/loops.c), more work-groups of
+       fewer rows, as many as the partials buffer holds, until one's rows over the call's tokens fit. */
     const size_t n = p->L, bh = c->B * c->H, dnt = wg[0], rows = longest + n;
     const size_t target = castle__device_fill_groups(&ctx->info);
     size_t groups = (target + bh - 1) / bh;
     const size_t by_rows = (rows + MIN_CHUNK - 1) / MIN_CHUNK, by_part = c->nchunks / n;
     groups = groups < by_rows ? groups : by_rows;
+    const unsigned long limit = ctx->info.loop_limit;
+    if (limit) {
+        size_t S1 = (rows + groups - 1) / (groups ? groups : 1);
+        while (S1 > 1 && castle__loops(CASTLE_LOOPS_DECODE_ROW, c->d, decode_rows(S1, longest, n), n) > limit)
+            S1 = S1 / 2;
+        const size_t need = (rows + S1 - 1) / S1;
+        groups = groups > need ? groups : need;
+    }
     groups = groups < by_part ? groups : by_part;
     groups = groups ? groups : 1;
     size_t S = (rows + groups - 1) / groups;
     groups = (rows + S - 1) / S;
     if (groups * S > (size_t)INT_MAX) /* the kernel's s0 + S is an int (a cache of over 2^30 tokens) */
         groups = 1, S = rows;
+    if ((st = castle__loop_check(limit, "castle_decode", "castle_cache_decode_attend",
+                                 castle__loops(CASTLE_LOOPS_DECODE_ROW, c->d, decode_rows(S, longest, n), n),
+                                 "decode fewer tokens per call (a prompt goes through castle_prefill)")))
+        return st;
+    castle_chain ch;
+    if ((st = castle__chain_init(&ch, queue, nwait, wait, event)))
+        return st;
+    if (!c->lens_valid) { /* after a reset: every sequence starts empty */
+        const cl_int zero = 0;
+        cl_uint nw;
+        const cl_event *list;
+        cl_event *evp, ev;
+        castle__chain_next(&ch, false, &nw, &list, &evp, &ev);
+        err = clEnqueueFillBuffer(queue, c->lens, &zero, sizeof zero, 0, c->B * sizeof(cl_int), nw, list, evp);
+        if ((st = castle__chain_done(&ch, false, err, ev, "clEnqueueFillBuffer")))
+            return castle__chain_end(&ch), st;
+    }
 
     /* n, S, the counts and positions fit an int: rows <= cap (castle_decode checked the capacity). */
     const cl_int pos0 = (cl_int)c->decoded, nn = (cl_int)n, Sarg = (cl_int)S, ng = (cl_int)groups;

@@ -14,7 +14,9 @@
 #include "context.h"
 #include "error.h"
 #include "launch.h"
+#include "loops.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,12 +63,22 @@ static void arg_tensor(castle_args *a, const castle_problem *p, const cl_mem buf
 
 /* castle_causal_forward over query rows 0..n-1 at positions t0.. against keys k, v (kstride), from the
    program built under the forwards' own shape (fthreads, fdchunk). */
-static castle_status forward_args(castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
-                                  cl_int t0, cl_mem k, cl_mem v, cl_ulong4 kstride, cl_ulong4 vstride, cl_int nsplit,
-                                  cl_mem part, cl_kernel *kernel, castle_args *a)
+static castle_status forward_args(castle_context *ctx, const char *fn, const castle_problem *p,
+                                  const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_int t0, cl_mem k, cl_mem v,
+                                  cl_ulong4 kstride, cl_ulong4 vstride, cl_int nsplit, cl_mem part, cl_kernel *kernel,
+                                  castle_args *a)
 {
-    castle_status st =
-        castle__get_kernel(ctx, castle__causal_forward_family(&ctx->tuning), p->d, "castle_causal_forward", kernel);
+    /* A work-group's key blocks: all of a split's (host/loops.c) */
+    const size_t blk = ctx->tuning.block, key_blocks = ((size_t)t0 + p->L + blk - 1) / blk;
+    const size_t blocks = (key_blocks + (size_t)nsplit - 1) / (size_t)nsplit;
+    char advice[128];
+    snprintf(advice, sizeof advice, "at d = %zu a work-group fits %zu keys (here %zu)", p->d,
+             castle__loops_max_units(CASTLE_LOOPS_CAUSAL_FORWARD, p->d, 0, ctx->info.loop_limit) * blk, blocks * blk);
+    castle_status st = castle__loop_check(ctx->info.loop_limit, fn, "castle_causal_forward",
+                                          castle__loops(CASTLE_LOOPS_CAUSAL_FORWARD, p->d, blocks, 0), advice);
+    if (st == CASTLE_SUCCESS)
+        st =
+            castle__get_kernel(ctx, castle__causal_forward_family(&ctx->tuning), p->d, "castle_causal_forward", kernel);
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_int n = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H;
@@ -100,8 +112,9 @@ castle_status castle__causal_forward(castle_context *ctx, const castle_problem *
 {
     cl_kernel kernel;
     castle_args a = {.n = 0};
-    castle_status st = forward_args(ctx, p, bufs, 0, bufs[CASTLE_TENSOR_KC], bufs[CASTLE_TENSOR_VC],
-                                    p->strides[CASTLE_TENSOR_KC], p->strides[CASTLE_TENSOR_VC], 1, NULL, &kernel, &a);
+    castle_status st =
+        forward_args(ctx, "castle_causal_forward", p, bufs, 0, bufs[CASTLE_TENSOR_KC], bufs[CASTLE_TENSOR_VC],
+                     p->strides[CASTLE_TENSOR_KC], p->strides[CASTLE_TENSOR_VC], 1, NULL, &kernel, &a);
     castle_chain ch;
     if (st || (st = castle__chain_init(&ch, queue, nwait, wait, event)))
         return st;
@@ -118,11 +131,18 @@ castle_status castle__causal_backward(castle_context *ctx, const castle_problem 
                                            CASTLE_TENSOR_O,  CASTLE_TENSOR_LSE, CASTLE_TENSOR_DO};
     static const char *const names[2] = {"castle_causal_backward_kv", "castle_causal_backward_q"};
     const cl_int L = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H;
+    static const castle_loop_kernel loops[2] = {CASTLE_LOOPS_CAUSAL_KV, CASTLE_LOOPS_CAUSAL_Q};
     cl_kernel kernels[2];
     castle_args args[2] = {{.n = 0}, {.n = 0}};
     castle_status st = CASTLE_SUCCESS;
     for (int i = 0; i < 2 && st == CASTLE_SUCCESS; ++i) {
-        if ((st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, names[i], &kernels[i])))
+        /* the longest work-group of either side loops over all N blocks (host/loops.c) */
+        char advice[128];
+        const size_t most = castle__loops_max_units(loops[i], p->d, 0, ctx->info.loop_limit);
+        snprintf(advice, sizeof advice, "at d = %zu it fits L <= %zu", p->d, most * ctx->tuning.block);
+        if ((st = castle__loop_check(ctx->info.loop_limit, "castle_causal_backward", names[i],
+                                     castle__loops(loops[i], p->d, p->N, 0), advice)) ||
+            (st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, names[i], &kernels[i])))
             break;
         castle_args *a = &args[i];
         ARG(a, L);
@@ -207,7 +227,7 @@ castle_status castle__kv_cache_alloc(castle_context *ctx, const castle_problem *
     return CASTLE_SUCCESS;
 }
 
-castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, const castle_problem *p,
+castle_status castle__causal_decode(castle_context *ctx, const char *fn, castle_kv_cache *c, const castle_problem *p,
                                     const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
                                     const cl_event *wait, cl_event *event)
 {
@@ -233,7 +253,21 @@ castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, con
             size_t split = keys / (MIN_KEYS * (per_group > 1 ? per_group : 4));
             split = split < per_head ? split : per_head;
             split = split < fit / per_group ? split : fit / per_group;
+            if (ctx->info.loop_limit) { /* work-groups enough that each one's keys fit (host/loops.c) */
+                const size_t most =
+                    castle__loops_max_units(CASTLE_LOOPS_CAUSAL_DECODE, p->d, 0, ctx->info.loop_limit) / n;
+                size_t need = most ? (keys + most - 1) / most : keys;
+                need = need < fit / per_group ? need : fit / per_group;
+                split = split > need ? split : need;
+            }
             split = split > 0 ? split : 1;
+            char advice[96];
+            snprintf(advice, sizeof advice, "the cache's scratch splits its %zu keys %zu ways at most", keys,
+                     fit / per_group);
+            if ((st = castle__loop_check(
+                     ctx->info.loop_limit, fn, "castle_causal_decode",
+                     castle__loops(CASTLE_LOOPS_CAUSAL_DECODE, p->d, (keys + split - 1) / split * n, 0), advice)))
+                return st;
             groups = split;
             partials = split * per_group;
             combine = true; /* the decode kernel leaves partials, also when there is one */
@@ -260,6 +294,11 @@ castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, con
         if (p->N == 1) {
             const size_t blk = ctx->tuning.block, key_blocks = (keys + blk - 1) / blk;
             split = per_head < key_blocks ? per_head : key_blocks;
+            if (ctx->info.loop_limit) { /* work-groups enough that each one's key blocks fit (host/loops.c) */
+                const size_t most = castle__loops_max_units(CASTLE_LOOPS_CAUSAL_FORWARD, p->d, 0, ctx->info.loop_limit);
+                const size_t need = most ? (key_blocks + most - 1) / most : key_blocks;
+                split = split > need ? split : need < key_blocks ? need : key_blocks;
+            }
             split = split < fit ? split : fit > 0 ? fit : 1;
         }
         groups = p->N * split;
@@ -267,7 +306,7 @@ castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, con
         combine = split > 1; /* with one, the block kernel writes o and lse itself */
         att_name = "castle_causal_forward";
         a_att.n = 0;
-        st = forward_args(ctx, p, bufs, t0, c->k, c->v, cs, cs, (cl_int)split, split > 1 ? c->part : NULL, &katt,
+        st = forward_args(ctx, fn, p, bufs, t0, c->k, c->v, cs, cs, (cl_int)split, split > 1 ? c->part : NULL, &katt,
                           &a_att);
     }
     if (st == CASTLE_SUCCESS && combine &&

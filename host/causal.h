@@ -31,8 +31,8 @@ castle_status castle__causal_forward(castle_context *ctx, const castle_problem *
 castle_status castle__causal_backward(castle_context *ctx, const castle_problem *p,
                                       const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
                                       const cl_event *wait, cl_event *event);
-/* Appends p->L tokens to c and writes their outputs (prefill: c empty). */
-castle_status castle__causal_decode(castle_context *ctx, castle_kv_cache *c, const castle_problem *p,
+/* Appends p->L tokens to c and writes their outputs (prefill: c empty); fn names the call in errors. */
+castle_status castle__causal_decode(castle_context *ctx, const char *fn, castle_kv_cache *c, const castle_problem *p,
                                     const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
                                     const cl_event *wait, cl_event *event);
 

@@ -2,6 +2,7 @@
  * itself and device selection are in lib/context.c. */
 #include "device.h"
 #include "error.h"
+#include "loops.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -55,7 +56,7 @@ castle_status castle__query_device(cl_device_id device, castle_device_info *info
     /* "OpenCL <major>.<minor> <vendor-specific>" */
     if (sscanf(info->device_version, "OpenCL %d.%d", &info->cl_major, &info->cl_minor) != 2)
         info->cl_major = info->cl_minor = 0;
-    return CASTLE_SUCCESS;
+    return castle__loop_limit(info, &info->loop_limit);
 }
 
 size_t castle__device_fill_groups(const castle_device_info *info)

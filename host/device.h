@@ -22,6 +22,7 @@ typedef struct castle_device_info {
     bool fp16, fp64;
     bool nv_options; /* cl_nv_compiler_options: -cl-nv-maxrregcount (the tuning's regs, fregs) */
     int cl_major, cl_minor;
+    unsigned long loop_limit; /* loop iterations a work-item may run in all, 0: no limit (host/loops.c) */
 } castle_device_info;
 castle_status castle__query_device(cl_device_id device, castle_device_info *info);
 

@@ -37,10 +37,12 @@ static void common_args(castle_args *a, const castle_problem *p, const cl_mem bu
     }
 }
 
-/* Whether the whole wavefront runs as one launch (see castle_tuning.fold). */
+/* Whether the whole wavefront runs as one launch (see castle_tuning.fold); never where a work-item's
+   loops are limited (host/loops.c): a folded work-group loops over all N (N + 1) / 2 block pairs (on
+   llvmpipe the backward's at d = 256, N = 8 came out wrong). */
 static bool fold(const castle_context *ctx, const castle_problem *p)
 {
-    return p->N <= ctx->tuning.fold && p->B * p->H >= 2 * (size_t)ctx->info.compute_units;
+    return p->N <= ctx->tuning.fold && p->B * p->H >= 2 * (size_t)ctx->info.compute_units && !ctx->info.loop_limit;
 }
 
 /* The n inputs whose block-transposed copies a pass writes (cl/common.cl, castle_transpose_blocks):

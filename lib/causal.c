@@ -118,7 +118,7 @@ static castle_status append(castle_context *ctx, castle_kv_cache *cache, const c
         return castle__fail(CASTLE_ERR_CACHE_FULL,
                             "%s: appending %zu token%s to %zu exceeds the KV cache capacity %zu", fn, p.L,
                             p.L == 1 ? "" : "s", cache->len, cache->cap);
-    return castle__causal_decode(ctx, cache, &p, bufs, queue, nwait, wait, event);
+    return castle__causal_decode(ctx, fn, cache, &p, bufs, queue, nwait, wait, event);
 }
 
 castle_status castle_causal_prefill(castle_context *ctx, castle_kv_cache *cache, const castle_attention_desc *desc,

@@ -256,6 +256,8 @@ castle_status castle_context_get_tuning(const castle_context *ctx, castle_tuning
 
 const char *castle_context_tuning_name(const castle_context *ctx) { return ctx ? ctx->tuning_name : ""; }
 
+unsigned long castle_context_loop_limit(const castle_context *ctx) { return ctx ? ctx->info.loop_limit : 0; }
+
 castle_status castle_context_set_tuning(castle_context *ctx, const castle_tuning *tuning)
 {
     castle__clear_error();

@@ -41,8 +41,9 @@ static void usage(FILE *f)
             "Lists every OpenCL platform and device, with what libcastle uses of each device (type,\n"
             "compute units, local/global memory, work-group and allocation limits, fp16/fp64 support,\n"
             "whether the tuning's register caps apply (NVIDIA's cl_nv_compiler_options), OpenCL and\n"
-            "driver versions) and the tuning entry the library picks for it, then runs a\n"
-            "small forward self-test on each device against the fp64 reference (tolerance %.0e).\n"
+            "driver versions), the tuning entry the library picks for it and the device's loop limit\n"
+            "(Mesa's llvmpipe ends a work-item's loops after 65535 iterations; CASTLE_LOOP_LIMIT), then\n"
+            "runs a small forward self-test on each device against the fp64 reference (tolerance %.0e).\n"
             "\n"
             "Options:\n"
             "  --device P:D   only device D of platform P\n"
@@ -344,6 +345,11 @@ static bool report_device(cl_device_id dev, cl_uint p, cl_uint d, long flat, boo
         printf("    tuning: %s (%s)\n", or_unknown(castle_context_tuning_name(ctx)), ts);
     else
         printf("    tuning: %s (unreadable)\n", or_unknown(castle_context_tuning_name(ctx)));
+    const unsigned long limit = castle_context_loop_limit(ctx);
+    if (limit)
+        printf("    loop limit: %lu iterations per work-item (longer work is refused: CASTLE_LOOP_LIMIT)\n", limit);
+    else
+        printf("    loop limit: none\n");
     fflush(stdout);
 
     bool pass = true;

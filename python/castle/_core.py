@@ -248,6 +248,13 @@ class Device:
         t = _lib.Tuning.from_buffer(room)
         return {f: getattr(t, f) for f, _ in _lib.Tuning._fields_ if f != "struct_size"} | {"name": name}
 
+    @property
+    def loop_limit(self):
+        """Loop iterations one work-item may run on this device, 0 for no limit (65535 on Mesa's
+        llvmpipe, or CASTLE_LOOP_LIMIT); past it calls raise CastleError (CASTLE_ERR_DEVICE_UNSUPPORTED)."""
+        with self._use():
+            return lib.castle_context_loop_limit(self._handle)
+
     def finish(self):
         with self._use():
             _cl_check(cl.clFinish(self.queue), "clFinish")

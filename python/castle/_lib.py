@@ -10,7 +10,7 @@ import ctypes
 import ctypes.util
 import os
 
-from ctypes import POINTER, c_char_p, c_float, c_int, c_long, c_size_t, c_uint, c_void_p
+from ctypes import POINTER, c_char_p, c_float, c_int, c_long, c_size_t, c_uint, c_ulong, c_void_p
 
 TENSOR_COUNT = 15  # castle_tensor: QU KU VU QC KC VC O LSE DO DQU DKU DVU DQC DKC DVC
 QU, KU, VU, QC, KC, VC, O, LSE, DO, DQU, DKU, DVU, DQC, DKC, DVC = range(TENSOR_COUNT)
@@ -68,6 +68,7 @@ _SIGNATURES = {
     "castle_context_cl_context": (c_void_p, [c_void_p]),
     "castle_context_get_tuning": (c_int, [c_void_p, c_void_p]),
     "castle_context_tuning_name": (c_char_p, [c_void_p]),
+    "castle_context_loop_limit": (c_ulong, [c_void_p]),
     "castle_parse_device_spec": (c_int, [c_char_p, POINTER(c_long), POINTER(c_long)]),
     "castle_attention_desc_init_sized": (c_int, [_desc_p, c_size_t, c_size_t, c_size_t, c_size_t, c_size_t]),
     "castle_forward_workspace_size": (c_int, [c_void_p, _desc_p, POINTER(c_size_t)]),

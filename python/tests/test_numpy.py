@@ -186,6 +186,21 @@ def test_devices_and_device_errors():
     assert e.value.name == "CASTLE_ERR_NO_DEVICE"
 
 
+def test_loop_limit(monkeypatch):
+    """Device.loop_limit is the device's loop limit (CASTLE_LOOP_LIMIT here); a call past it raises."""
+    monkeypatch.setenv("CASTLE_LOOP_LIMIT", "6000")
+    dev = castle.Device("0:0")
+    assert dev.loop_limit == 6000
+    block = dev.tuning["block"]
+    rng = np.random.default_rng(3)
+    q, k, v, do = (rng.uniform(-1, 1, (1, 1, 40 * block, 64)).astype(np.float32) for _ in range(4))
+    with pytest.raises(castle.CastleError) as e:
+        castle.causal_backward(q, k, v, do, device=dev)
+    assert e.value.name == "CASTLE_ERR_DEVICE_UNSUPPORTED" and "castle_causal_backward_kv" in str(e.value)
+    monkeypatch.setenv("CASTLE_LOOP_LIMIT", "0")
+    assert castle.Device("0:0").loop_limit == 0
+
+
 def test_devices_are_castle_infos():
     """devices() lists what castle-info lists ("Device P:D (#N): name"), in its order."""
     import os

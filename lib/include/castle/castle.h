@@ -94,7 +94,9 @@ typedef enum castle_status {
     CASTLE_ERR_BUILD_FAILED = -3016,       /* a kernel failed to compile: see castle_build_log() */
     CASTLE_ERR_NO_DEVICE = -3017,          /* no OpenCL platform/device matches the request */
     CASTLE_ERR_BAD_DEVICE_SPEC = -3018,    /* CASTLE_DEVICE or the device string is malformed */
-    CASTLE_ERR_DEVICE_UNSUPPORTED = -3019, /* the device lacks something the library needs */
+    CASTLE_ERR_DEVICE_UNSUPPORTED = -3019, /* the device lacks something the library needs; also a call
+                                              whose work-items would loop past the device's limit
+                                              (Mesa's llvmpipe; CASTLE_LOOP_LIMIT) */
     CASTLE_ERR_OUT_OF_HOST_MEMORY = -3020, /* malloc failed */
     CASTLE_ERR_BAD_TUNING = -3021,         /* a tuning entry is inconsistent or does not fit the device */
     CASTLE_ERR_INVALID_ARGUMENT = -3022,   /* any other invalid argument (message says which) */
@@ -263,6 +265,11 @@ CASTLE_API castle_status castle_tuning_file(char *path, size_t size);
 /* Name of the table entry used ("default", "pocl-cpu", ...; "shrunk" when cut down to fit the device;
    "file", "environment" or "api" when overridden). */
 CASTLE_API const char *castle_context_tuning_name(const castle_context *ctx);
+/* The loop iterations one work-item may run in all on ctx's device, 0 when there is no limit (and for
+   a NULL ctx): 65535 on Mesa's llvmpipe, whose compiler ends a work-item's loops there silently, or
+   CASTLE_LOOP_LIMIT.  Under a limit, a call whose work-items would loop past it is refused with
+   CASTLE_ERR_DEVICE_UNSUPPORTED (docs/building.md, CASTLE_LOOP_LIMIT). */
+CASTLE_API unsigned long castle_context_loop_limit(const castle_context *ctx);
 /* Validates against the device and installs (struct_size must be sizeof(castle_tuning), else
    CASTLE_ERR_DESC_VERSION).  Workspaces are sized by the block: a workspace sized
    under one tuning must not be used under another, and the state a castle_forward leaves in it is
