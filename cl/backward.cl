@@ -112,7 +112,7 @@ __attribute__((always_inline)) inline void accumulate(__global float *p, int n, 
     __global float *dvu, const ulong4 sdvu, __global float *dqc, const ulong4 sdqc, \
     __global float *dkc, const ulong4 sdkc, __global float *dvc, const ulong4 sdvc, __global float *ws, \
     const ulong ws_dlo, const ulong ws_whi, const ulong ws_wlo, const ulong ws_dd, const ulong ws_delta, \
-    const ulong ws_x, const ulong ws_t, const ulong ws_dy
+    const ulong ws_x, const ulong2 ws_t, const ulong ws_dy
 #define BACKWARD_BLOCK_ARGS \
     L, d, H, W, sc, qu, squ, ku, sku, vu, svu, qc, sqc, kc, skc, vc, svc, o, so, lse, slse, dout, sdo, \
     dqu, sdqu, dku, sdku, dvu, sdvu, dqc, sdqc, dkc, sdkc, dvc, sdvc, ws, ws_dlo, ws_whi, ws_wlo, \
@@ -623,18 +623,18 @@ inline void backward_block(__local float *lm, const int k, const int j, const in
 
 /* One launch per anti-diagonal k: work-group (j, bh); any k (the host launches it for k = 0). */
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
-void castle_backward_block(const int k, BACKWARD_BLOCK_PARAMS)
+void castle_backward_block(const int k, BACKWARD_BLOCK_PARAMS, BH0_PARAM)
 {
     __local float lm[LM_BW] LM_ALIGNED;
-    backward_block(lm, k, get_group_id(0), get_group_id(1), BW_ANY, BACKWARD_BLOCK_ARGS);
+    backward_block(lm, k, get_group_id(0), BH_INDEX, BW_ANY, BACKWARD_BLOCK_ARGS);
 }
 
 /* As castle_backward_block for k > 0 only: every pair computed as one off the diagonal. */
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
-void castle_backward_off(const int k, BACKWARD_BLOCK_PARAMS)
+void castle_backward_off(const int k, BACKWARD_BLOCK_PARAMS, BH0_PARAM)
 {
     __local float lm[LM_BW] LM_ALIGNED;
-    backward_block(lm, k, get_group_id(0), get_group_id(1), BW_OFF, BACKWARD_BLOCK_ARGS);
+    backward_block(lm, k, get_group_id(0), BH_INDEX, BW_OFF, BACKWARD_BLOCK_ARGS);
 }
 
 /* All anti-diagonals in one launch, for short sequences: work-group (0, bh) walks the block pairs
@@ -647,14 +647,14 @@ FOLD_PAIR void backward_pair(__local float *lm LM_ALIGNED_PARAM, const int k, co
     backward_block(lm, k, j, bh, BW_ANY, BACKWARD_BLOCK_ARGS);
 }
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
-void castle_backward_fold(const int unused, BACKWARD_BLOCK_PARAMS)
+void castle_backward_fold(const int unused, BACKWARD_BLOCK_PARAMS, BH0_PARAM)
 {
     __local float lm[LM_BW] LM_ALIGNED;
     const int N = (L + BLK - 1) / BLK;
     (void)unused;
     for (int k = N - 1; k >= 0; --k)
         for (int j = 0; j + k < N; ++j) {
-            backward_pair(lm, k, j, get_group_id(1), BACKWARD_BLOCK_ARGS);
+            backward_pair(lm, k, j, BH_INDEX, BACKWARD_BLOCK_ARGS);
             barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
         }
 }

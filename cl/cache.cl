@@ -52,10 +52,10 @@ __kernel void castle_cache_prefill_store(const int P, const int d, const int H, 
                                          __global const float *ws, const ulong ws_hi, const ulong ws_lo,
                                          const int Lpad, const int use_d,
                                          __global float *cu, __global float *cqu, __global float *ckc,
-                                         __global float *cvc)
+                                         __global float *cvc, BH0_PARAM)
 {
     const ulong e = get_global_id(0);
-    const int bh = get_global_id(1);
+    const int bh = BH_INDEX;
     if (e >= (ulong)P * d)
         return;
     const uint b = bh / H, h = bh % H;
@@ -96,14 +96,15 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
                             __global const float *qu, const ulong4 squ,
                             __global const float *ku, const ulong4 sku, /* read through its copy in ws */
                             __global const float *vu, const ulong4 svu,
-                            __global float *cu, __global float *ws, const ulong ws_t, const int Lpad)
+                            __global float *cu, __global float *ws, const ulong2 ws_t, const int Lpad,
+                            BH0_PARAM)
 {
     __local float lm[PU_LM] LM_ALIGNED;
     __local float *tQU = lm, *tKU = lm + KS * DT;  /* phase 1: k-major, row stride KS */
     __local float *sGt = lm, *tV = lm + BLK * BLK; /* then: G^T [j * BLK + s], VU row-major (DT) */
     __local float *sG = sGt; /* G row-major [s * BLK + j] instead, under MT_AM_ROWS (common.cl) */
     const int lid = get_local_id(0);
-    const int sb = get_group_id(0), bh = get_group_id(1);
+    const int sb = get_group_id(0), bh = BH_INDEX;
     const uint b = bh / H, h = bh % H;
     const int P = lens[b];
     const int s0 = sb * BLK;
@@ -265,14 +266,14 @@ void castle_cache_decode_attend(const int pos0, const int n, const int S, const 
                                 __global float *cu, __global const float *cqu, __global float *ckc,
                                 __global float *cvc, __global float *part,
                                 __global float *o, const ulong4 so, __global float *lse, const ulong4 slse,
-                                const int want_lse)
+                                const int want_lse, BH0_PARAM)
 {
     __local float lq[MAXD] LM_ALIGNED, lk[MAXD] LM_ALIGNED, lv[MAXD] LM_ALIGNED; /* qC_t, kU_t, vU_t */
     /* per-lane partial dot products */
     __local float rg[DRP * DNT] LM_ALIGNED, rx[DRP * DNT] LM_ALIGNED, rk[DRP * DNT] LM_ALIGNED;
     __local float tm[TEAMS] LM_ALIGNED, tl[TEAMS] LM_ALIGNED, tacc[TEAMS * MB] LM_ALIGNED;
     const int lid = get_local_id(0), lane = lid % DLN, team = lid / DLN;
-    const int chunk = get_group_id(0), bh = get_group_id(1), ngroups = get_num_groups(0);
+    const int chunk = get_group_id(0), bh = BH_INDEX, ngroups = get_num_groups(0);
     const uint b = bh / H, h = bh % H;
     const int P = lens[b] + pos0; /* the sequence's length before the call */
     const int s0 = chunk * S;
@@ -497,9 +498,9 @@ void castle_cache_decode_combine(const int pos0, const int n, const int S, const
                                  __global const float *qu, const ulong4 squ, __global float *cqu,
                                  __global const float *part,
                                  __global float *o, const ulong4 so,
-                                 __global float *lse, const ulong4 slse, const int want_lse)
+                                 __global float *lse, const ulong4 slse, const int want_lse, BH0_PARAM)
 {
-    const int lid = get_local_id(0), row = get_group_id(0), bh = get_group_id(1);
+    const int lid = get_local_id(0), row = get_group_id(0), bh = BH_INDEX;
     const uint b = bh / H, h = bh % H;
     const int t = lens[b] + pos0 + row;
     if (ngroups > 1) {

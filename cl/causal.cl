@@ -200,7 +200,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
                            __global const float *v, const ulong4 sv,
                            __global float *o, const ulong4 so,
                            __global float *lse, const ulong4 slse, const int want_lse,
-                           const int nsplit, __global float *part)
+                           const int nsplit, __global float *part, BH0_PARAM)
 {
     /* Q^T of the block (Qt[c * BLK + row]: all of d, or DT columns at a time), then the staging area
        of K and V: as many columns of a key block at a time as the rest of the (CC_TROWS + DT) x BLK
@@ -213,7 +213,7 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
     const int lid = get_local_id(0);
     const int nq = (n + BLK - 1) / BLK;
     const int qb = nq - 1 - (int)get_group_id(0) / nsplit, sp = (int)get_group_id(0) % nsplit;
-    const int bh = get_group_id(1);
+    const int bh = BH_INDEX;
     const uint b = bh / H, h = bh % H;
     const int q0 = qb * BLK, qrows = min(BLK, n - q0);
     const int pos0 = t0 + q0;         /* row r sees the keys s <= pos0 + r */
@@ -423,9 +423,9 @@ __kernel __attribute__((reqd_work_group_size(CC_DNT, 1, 1)))
 void castle_causal_decode(const int n, const int t0, const int d, const int H, const float sc,
                           __global const float *q, const ulong4 sq,
                           __global const float *k, __global const float *v, const ulong4 sc_,
-                          const int nsplit, __global float *part)
+                          const int nsplit, __global float *part, BH0_PARAM)
 {
-    const int lid = get_local_id(0), bh = get_group_id(1);
+    const int lid = get_local_id(0), bh = BH_INDEX;
     const uint b = bh / H, h = bh % H;
     const int P = nsplit * CC_DNT, pi = (int)get_group_id(0) * CC_DNT + lid;
     /* in long: a KV cache may hold nearly INT_MAX keys, and t0 + n + P - 1, pi per or s_begin + per would wrap */
@@ -511,13 +511,13 @@ __kernel __attribute__((reqd_work_group_size(CC_DNT, 1, 1)))
 void castle_causal_decode(const int n, const int t0, const int d, const int H, const float sc,
                           __global const float *q, const ulong4 sq,
                           __global const float *k, __global const float *v, const ulong4 sc_,
-                          const int nsplit, __global float *part)
+                          const int nsplit, __global float *part, BH0_PARAM)
 {
     __local float lq[CC_DQ * DACC] LM_ALIGNED;           /* the new rows' queries */
     __local float rx[CD_RP * CC_DQ * CC_DNT] LM_ALIGNED; /* per-lane partial scores */
     __local float tm[CD_TEAMS] LM_ALIGNED, tl[CD_TEAMS] LM_ALIGNED, tacc[CD_TEAMS * DACC] LM_ALIGNED;
     const int lid = get_local_id(0), lane = lid % CD_LN, team = lid / CD_LN;
-    const int sp = get_group_id(0), bh = get_group_id(1);
+    const int sp = get_group_id(0), bh = BH_INDEX;
     const uint b = bh / H, h = bh % H;
     /* in long: a KV cache may hold nearly INT_MAX keys, and keys + nsplit - 1, sp per or s_begin + per would wrap */
     const int keys = t0 + n, per = (int)(((long)keys + nsplit - 1) / nsplit);
@@ -657,9 +657,9 @@ void castle_causal_decode(const int n, const int t0, const int d, const int H, c
 __kernel __attribute__((reqd_work_group_size(CC_NT, 1, 1)))
 void castle_causal_combine(const int n, const int d, const int H, const int P, __global const float *part,
                            __global float *o, const ulong4 so, __global float *lse, const ulong4 slse,
-                           const int want_lse)
+                           const int want_lse, BH0_PARAM)
 {
-    const int qb = get_group_id(0), bh = get_group_id(1);
+    const int qb = get_group_id(0), bh = BH_INDEX;
     const uint b = bh / H, h = bh % H;
     const int q0 = qb * BLK, qrows = min(BLK, n - q0);
     for (int e = get_local_id(0); e < qrows * (d + 1); e += CC_NT) {
@@ -688,9 +688,9 @@ void castle_causal_combine(const int n, const int d, const int H, const int P, _
 __kernel __attribute__((reqd_work_group_size(CC_NT, 1, 1)))
 void castle_causal_append(const int n, const int t0, const int d, const int H,
                           __global const float *k, const ulong4 sk, __global const float *v, const ulong4 sv,
-                          __global float *ck, __global float *cv, const ulong4 sc)
+                          __global float *ck, __global float *cv, const ulong4 sc, BH0_PARAM)
 {
-    const int bh = get_group_id(1);
+    const int bh = BH_INDEX;
     const uint b = bh / H, h = bh % H;
     const int r0 = get_group_id(0) * BLK, nv = (d + VW - 1) / VW; /* vectors to a row */
     FOR_SHARE_OF(e, min(BLK, n - r0) * nv, CC_NT) {
@@ -785,14 +785,14 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
                                __global const float *lse, const ulong4 slse,
                                __global const float *dO, const ulong4 sdo,
                                __global float *dk, const ulong4 sdk,
-                               __global float *dv, const ulong4 sdv)
+                               __global float *dv, const ulong4 sdv, BH0_PARAM)
 {
     __local float T[CC_ST * BLK] LM_ALIGNED;
     __local float sP[BLK * BLK] LM_ALIGNED; /* P[row * BLK + key] */
     __local float sD[BLK * BLK] LM_ALIGNED; /* dS[row * BLK + key] */
     __local float sLse[BLK] LM_ALIGNED, sDel[BLK] LM_ALIGNED;
     const int lid = get_local_id(0);
-    const int N = (L + BLK - 1) / BLK, kb = get_group_id(0), bh = get_group_id(1);
+    const int N = (L + BLK - 1) / BLK, kb = get_group_id(0), bh = BH_INDEX;
     const uint b = bh / H, h = bh % H;
     const int s0 = kb * BLK, krows = min(BLK, L - s0);
     __global const float *pq = q + tensor_offset(sq, b, h, 0);
@@ -883,13 +883,13 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
                               __global const float *o, const ulong4 so,
                               __global const float *lse, const ulong4 slse,
                               __global const float *dO, const ulong4 sdo,
-                              __global float *dq, const ulong4 sdq)
+                              __global float *dq, const ulong4 sdq, BH0_PARAM)
 {
     __local float T[CC_ST * BLK] LM_ALIGNED;
     __local float sD[BLK * BLK] LM_ALIGNED; /* dS^T[key * BLK + row] */
     __local float sLse[BLK] LM_ALIGNED, sDel[BLK] LM_ALIGNED;
     const int lid = get_local_id(0);
-    const int N = (L + BLK - 1) / BLK, qb = N - 1 - (int)get_group_id(0), bh = get_group_id(1);
+    const int N = (L + BLK - 1) / BLK, qb = N - 1 - (int)get_group_id(0), bh = BH_INDEX;
     const uint b = bh / H, h = bh % H;
     const int q0 = qb * BLK, qrows = min(BLK, L - q0);
     __global const float *pq = q + tensor_offset(sq, b, h, 0);

@@ -862,6 +862,14 @@ inline void stage_tile(__local float *t, __global const float *p, ulong rs, int 
     stage_cols(t, BLK, w, p, rs, row0, nrows, c0, w, d, trans);
 }
 
+/* The batch entry x head of a work-item: every launch puts them on dimension 1, one work-item deep,
+   and the host cuts that dimension into launches of at most 65535 work-groups (host/launch.c: what a
+   CUDA grid holds in y), passing each launch's first as every kernel's last argument, bh0 (not as a
+   global offset: clang's libclc for NVPTX, with which tools/ptx-report.sh compiles, has no
+   get_global_offset, and get_global_id(1) cost castle_cache_decode_attend a spill there). */
+#define BH0_PARAM const int bh0
+#define BH_INDEX (bh0 + (int)get_group_id(1))
+
 /* Element offset of (batch b, head h, row r) for strides s = (batch, head, row, unused). */
 inline ulong tensor_offset(ulong4 s, uint b, uint h, uint r)
 {
@@ -876,7 +884,8 @@ inline ulong tensor_offset(ulong4 s, uint b, uint h, uint r)
    ws_t, block by block: block n of the copy of batch entry x head bh holds x[n BLK + r][c] at
    (n d + c) BLK + r (rows >= L are zeros), and the kernels stage k-major tiles from it with vector
    copies (stage_tile_t).  The copy of input slot q (CASTLE_T_*) of bh starts at
-   ws_t + (q BH + bh) Lpad d, BH = the launch's dimension-1 groups (batch entries x heads).  The
+   ws_t.x + q ws_t.y + bh Lpad d (ws_t.y = BH Lpad d, BH batch entries x heads: the region's slots
+   one after the other, so that a forward's workspace holds the first CASTLE_WS_T_FORWARD).  The
    forward fills slots 0-3 and the backward slots 4-6, reading 0-3 as the forward left them (its
    inputs are the forward's: the D and X it reads depend on them too); host/schedule.c passes the
    inputs in this order. */
@@ -889,10 +898,10 @@ inline ulong tensor_offset(ulong4 s, uint b, uint h, uint r)
 #define CASTLE_T_DO 6
 
 /* The block-transposed copy of slot q for batch entry x head bh. */
-inline __global float *tcopy(__global float *ws, const ulong ws_t, const int q, const int bh, const int Lpad,
+inline __global float *tcopy(__global float *ws, const ulong2 ws_t, const int q, const int bh, const int Lpad,
                              const int d)
 {
-    return ws + ws_t + ((ulong)q * get_num_groups(1) + bh) * Lpad * d;
+    return ws + ws_t.x + (ulong)q * ws_t.y + (ulong)bh * Lpad * d;
 }
 
 /* Columns [c0, c0 + w) of block n of a block-transposed copy xt as a k-major tile t[c * ks + r];
@@ -929,11 +938,11 @@ __attribute__((always_inline)) inline void stage_cols_a(__local float *t, const 
 #define CASTLE_T_IN(q) __global const float *x##q, const ulong4 s##q
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void castle_transpose_blocks(const int L, const int d, const int H, const int q0, CASTLE_T_IN(0), CASTLE_T_IN(1),
-                             CASTLE_T_IN(2), CASTLE_T_IN(3), __global float *ws, const ulong ws_t)
+                             CASTLE_T_IN(2), CASTLE_T_IN(3), __global float *ws, const ulong2 ws_t, BH0_PARAM)
 {
     __local float lm[KS * DT] LM_ALIGNED;
     const int N = (L + BLK - 1) / BLK, Lpad = N * BLK;
-    const int q = get_group_id(0) / N, n = get_group_id(0) % N, bh = get_group_id(1);
+    const int q = get_group_id(0) / N, n = get_group_id(0) % N, bh = BH_INDEX;
     const uint b = bh / H, h = bh % H;
     __global const float *x = q == 0 ? x0 : q == 1 ? x1 : q == 2 ? x2 : x3;
     const ulong4 s = q == 0 ? s0 : q == 1 ? s1 : q == 2 ? s2 : s3;

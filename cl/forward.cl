@@ -41,7 +41,7 @@
     const ulong4 svu, __global const float *qc, const ulong4 sqc, __global const float *kc, \
     const ulong4 skc, __global const float *vc, const ulong4 svc, __global float *o, const ulong4 so, \
     __global float *lse, const ulong4 slse, __global float *ws, const ulong ws_dlo, const ulong ws_x, \
-    const ulong ws_ml, const ulong ws_t
+    const ulong ws_ml, const ulong2 ws_t
 #define FORWARD_BLOCK_ARGS \
     L, d, H, W, sc, qu, squ, ku, sku, vu, svu, qc, sqc, kc, skc, vc, svc, o, so, lse, slse, ws, ws_dlo, \
     ws_x, ws_ml, ws_t
@@ -291,10 +291,10 @@ inline void forward_block(__local float *lm, const int k, const int j, const int
 
 /* One launch per anti-diagonal k: work-group (j, bh). */
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
-void castle_forward_block(const int k, FORWARD_BLOCK_PARAMS)
+void castle_forward_block(const int k, FORWARD_BLOCK_PARAMS, BH0_PARAM)
 {
     __local float lm[LM_SIZE] LM_ALIGNED;
-    forward_block(lm, k, get_group_id(0), get_group_id(1), FORWARD_BLOCK_ARGS);
+    forward_block(lm, k, get_group_id(0), BH_INDEX, FORWARD_BLOCK_ARGS);
 }
 
 /* All anti-diagonals in one launch, for short sequences: work-group (0, bh) walks the block pairs
@@ -307,13 +307,13 @@ void castle_forward_block(const int k, FORWARD_BLOCK_PARAMS)
    end of a memory mapping and crashed under micro-tiles of at least 2 x 2 vectors of 8 or 16 floats
    (vector = 8, tm = 4, tn = 2, say), where Oclgrind found nothing amiss and the results agree. */
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
-void castle_forward_fold(const int unused, FORWARD_BLOCK_PARAMS)
+void castle_forward_fold(const int unused, FORWARD_BLOCK_PARAMS, BH0_PARAM)
 {
     __local float lm[LM_SIZE] LM_ALIGNED;
     const int N = (L + BLK - 1) / BLK;
     (void)unused;
     for (int k = 0, j = 0; k < N;) { /* pairs (j + k, j) in wavefront order */
-        forward_block(lm, k, j, get_group_id(1), FORWARD_BLOCK_ARGS);
+        forward_block(lm, k, j, BH_INDEX, FORWARD_BLOCK_ARGS);
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
         if (++j + k >= N) {
             j = 0;

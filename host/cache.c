@@ -235,7 +235,7 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
                 ARG(au, p->strides[t]);
             }
             ARG(au, c->u);
-            const cl_ulong ws_t = p->ws_off[CASTLE_WS_T]; /* the forward's copies of QU and KU */
+            const cl_ulong2 ws_t = castle__ws_t(p); /* the forward's copies of QU and KU */
             ARG(au, ws);
             ARG(au, ws_t);
             ARG(au, Lpad);

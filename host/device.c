@@ -4,7 +4,9 @@
 #include "error.h"
 #include "loops.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The string `what` of dev into buf ("" where the query fails); returns the query's status. */
@@ -56,7 +58,28 @@ castle_status castle__query_device(cl_device_id device, castle_device_info *info
     /* "OpenCL <major>.<minor> <vendor-specific>" */
     if (sscanf(info->device_version, "OpenCL %d.%d", &info->cl_major, &info->cl_minor) != 2)
         info->cl_major = info->cl_minor = 0;
-    return castle__loop_limit(info, &info->loop_limit);
+    castle_status st = castle__loop_limit(info, &info->loop_limit);
+    if (st == CASTLE_SUCCESS)
+        st = castle__env_whole("CASTLE_MAX_GROUPS_Y", "work-groups one launch puts on dimension 1, at least 1",
+                               CASTLE_MAX_GROUPS_Y, &info->max_groups_y);
+    if (st == CASTLE_SUCCESS && !info->max_groups_y)
+        st = castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "CASTLE_MAX_GROUPS_Y=0: one launch needs at least 1 work-group");
+    return st;
+}
+
+castle_status castle__env_whole(const char *name, const char *meaning, unsigned long dflt, unsigned long *out)
+{
+    const char *env = getenv(name);
+    *out = dflt;
+    if (!env || !*env)
+        return CASTLE_SUCCESS;
+    char *end;
+    errno = 0;
+    const unsigned long v = strtoul(env, &end, 10);
+    if (*env < '0' || *env > '9' || errno || *end)
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s='%s' is not a whole number (%s)", name, env, meaning);
+    *out = v;
+    return CASTLE_SUCCESS;
 }
 
 size_t castle__device_fill_groups(const castle_device_info *info)

@@ -22,9 +22,20 @@ typedef struct castle_device_info {
     bool fp16, fp64;
     bool nv_options; /* cl_nv_compiler_options: -cl-nv-maxrregcount (the tuning's regs, fregs) */
     int cl_major, cl_minor;
-    unsigned long loop_limit; /* loop iterations a work-item may run in all, 0: no limit (host/loops.c) */
+    unsigned long loop_limit;   /* loop iterations a work-item may run in all, 0: no limit (host/loops.c) */
+    unsigned long max_groups_y; /* work-groups one launch puts on dimension 1 (host/launch.c) */
 } castle_device_info;
+/* The facts above; loop_limit from CASTLE_LOOP_LIMIT when set, max_groups_y from CASTLE_MAX_GROUPS_Y
+   (default CASTLE_MAX_GROUPS_Y): a malformed value is CASTLE_ERR_INVALID_ARGUMENT. */
 castle_status castle__query_device(cl_device_id device, castle_device_info *info);
+
+/* Batch entries x heads go on dimension 1 of every launch, and a CUDA grid, on which NVIDIA's OpenCL
+   launches, holds at most 65535 blocks in y: more go out in several launches (host/launch.c). */
+#define CASTLE_MAX_GROUPS_Y 65535u
+
+/* The whole number in environment variable name (meaning: what it counts, for the message), or dflt
+   when it is unset or empty; CASTLE_ERR_INVALID_ARGUMENT naming it when it is anything else. */
+castle_status castle__env_whole(const char *name, const char *meaning, unsigned long dflt, unsigned long *out);
 
 /* Work-groups to launch so that a split-K kernel (the decode kernels) fills the device: four per
    compute unit on a CPU, which runs one work-group per core at a time, and sixteen on other devices,

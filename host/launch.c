@@ -79,12 +79,11 @@ void castle__chain_end(castle_chain *ch)
     ch->prev = NULL;
 }
 
-castle_status castle__launch(castle_chain *ch, bool last, castle_context *ctx, cl_kernel kernel, const char *name,
-                             const castle_args *args, const size_t global[2], const size_t local[2])
+/* One enqueue of kernel over global / local, its work-groups of dimension 1 from bh0 on (the
+   kernels' last argument: cl/common.cl, BH_INDEX). */
+static castle_status launch_one(castle_chain *ch, bool last, castle_context *ctx, cl_kernel kernel, const char *name,
+                                const castle_args *args, const size_t global[2], cl_int bh0, const size_t local[2])
 {
-    if (args->overflow)
-        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s: more than %d kernel arguments or one over %d bytes",
-                            name, CASTLE_MAX_ARGS, CASTLE_MAX_ARG_BYTES);
     cl_uint n;
     const cl_event *list;
     cl_event *evp, ev, own = NULL; /* own: an event made for the observer alone */
@@ -96,11 +95,11 @@ castle_status castle__launch(castle_chain *ch, bool last, castle_context *ctx, c
     castle__observer_take(ctx, &observer, &user, &gen);
     cl_int err = CL_SUCCESS;
     cl_uint i = 0;
-    while (i < args->n && (err = clSetKernelArg(kernel, i, args->size[i], args->value[i])) == CL_SUCCESS)
+    while (i <= args->n && (err = i < args->n ? clSetKernelArg(kernel, i, args->size[i], args->value[i])
+                                              : clSetKernelArg(kernel, i, sizeof bh0, &bh0)) == CL_SUCCESS)
         ++i;
     if (err == CL_SUCCESS)
-        err = clEnqueueNDRangeKernel(ch->queue, kernel, 2, NULL, global, local, n, list,
-                                     evp || !observer ? evp : &own);
+        err = clEnqueueNDRangeKernel(ch->queue, kernel, 2, NULL, global, local, n, list, evp || !observer ? evp : &own);
     castle__ctx_unlock(ctx);
     const cl_event seen = evp ? ev : own; /* this launch's event, where one was made */
     if (err == CL_SUCCESS && observer && seen)
@@ -112,9 +111,32 @@ castle_status castle__launch(castle_chain *ch, bool last, castle_context *ctx, c
     if (own)
         clReleaseEvent(own);
     char what[160];
-    if (i < args->n)
-        snprintf(what, sizeof what, "clSetKernelArg(%s, argument %u)", name, (unsigned)i);
+    if (i <= args->n)
+        snprintf(what, sizeof what, "clSetKernelArg(%s, argument %u%s)", name, (unsigned)i,
+                 i == args->n ? ", the first batch entry x head" : "");
     else
         snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", name);
     return castle__chain_done(ch, last, err, ev, what);
+}
+
+castle_status castle__launch(castle_chain *ch, bool last, castle_context *ctx, cl_kernel kernel, const char *name,
+                             const castle_args *args, const size_t global[2], const size_t local[2])
+{
+    if (args->overflow)
+        return castle__fail(CASTLE_ERR_INVALID_ARGUMENT, "%s: more than %d kernel arguments or one over %d bytes",
+                            name, CASTLE_MAX_ARGS, CASTLE_MAX_ARG_BYTES);
+    /* dimension 1 in pieces of at most max_groups_y work-groups (host/device.h), each told its first
+       (local size 1 there: one work-group per batch entry x head) */
+    const size_t most = (size_t)ctx->info.max_groups_y;
+    castle_status st = CASTLE_SUCCESS;
+    for (size_t base = 0; st == CASTLE_SUCCESS;) {
+        const size_t part = global[1] - base < most ? global[1] - base : most;
+        const bool end = base + part >= global[1];
+        const size_t g[2] = {global[0], part};
+        st = launch_one(ch, last && end, ctx, kernel, name, args, g, (cl_int)base, local);
+        if (end)
+            break;
+        base += part;
+    }
+    return st;
 }

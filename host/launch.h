@@ -50,7 +50,9 @@ void castle__chain_end(castle_chain *ch);
 
 typedef struct castle_context castle_context;
 /* Sets every argument of args on kernel (named `name` in messages) and enqueues it over the 2-D
-   range global / local, as the next command of ch, under ctx's lock. */
+   range global / local, as the next command of ch (several where dimension 1 has more than the
+   device's max_groups_y work-groups, each given its first as the kernel's last argument, bh0, after
+   args; the last piece `last`), under ctx's lock. */
 castle_status castle__launch(castle_chain *ch, bool last, castle_context *ctx, cl_kernel kernel, const char *name,
                              const castle_args *args, const size_t global[2], const size_t local[2]);
 

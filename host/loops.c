@@ -15,28 +15,13 @@
 #include "device.h"
 #include "error.h"
 
-#include <errno.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 castle_status castle__loop_limit(const castle_device_info *info, unsigned long *limit)
 {
-    const char *env = getenv("CASTLE_LOOP_LIMIT");
-    if (env && *env) {
-        char *end;
-        errno = 0;
-        const unsigned long v = strtoul(env, &end, 10);
-        if (*env < '0' || *env > '9' || errno || *end)
-            return castle__fail(CASTLE_ERR_INVALID_ARGUMENT,
-                                "CASTLE_LOOP_LIMIT='%s' is not a whole number (loop iterations per work-item; 0: no "
-                                "limit)",
-                                env);
-        *limit = v;
-        return CASTLE_SUCCESS;
-    }
-    *limit = strstr(info->name, "llvmpipe") ? CASTLE_LLVMPIPE_LOOP_LIMIT : 0;
-    return CASTLE_SUCCESS;
+    return castle__env_whole("CASTLE_LOOP_LIMIT", "loop iterations per work-item; 0: no limit",
+                             strstr(info->name, "llvmpipe") ? CASTLE_LLVMPIPE_LOOP_LIMIT : 0, limit);
 }
 
 /* Per kernel: iterations once per work-item (base), then per unit: (a + b c) / div. */

@@ -13,7 +13,7 @@
 
 /* The arguments shared by the forward and backward kernels: k (arg 0, set per launch), L, d, H, W,
    scale, then buffer + strides for each tensor in `tensors`, then the workspace and the offsets of
-   the workspace regions in `regions`. */
+   the workspace regions in `regions` (CASTLE_WS_T's with its slot size: castle__ws_t). */
 static void common_args(castle_args *a, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
                         const castle_tensor *tensors, int ntensors, cl_mem ws, const castle_ws_region *regions,
                         int nregions)
@@ -33,7 +33,11 @@ static void common_args(castle_args *a, const castle_problem *p, const cl_mem bu
     CASTLE_ARG(a, ws);
     for (int i = 0; i < nregions; ++i) {
         const cl_ulong off = p->ws_off[regions[i]];
-        CASTLE_ARG(a, off);
+        const cl_ulong2 t = castle__ws_t(p); /* the block-transposed copies: offset and slot size */
+        if (regions[i] == CASTLE_WS_T)
+            CASTLE_ARG(a, t);
+        else
+            CASTLE_ARG(a, off);
     }
 }
 
@@ -78,7 +82,7 @@ static castle_status run(castle_context *ctx, castle_family family, cl_kernel ke
         return st;
     castle_args targs = {.n = 0};
     const cl_int L = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H;
-    const cl_ulong ws_t = p->ws_off[CASTLE_WS_T];
+    const cl_ulong2 ws_t = castle__ws_t(p);
     CASTLE_ARG(&targs, L);
     CASTLE_ARG(&targs, d);
     CASTLE_ARG(&targs, H);

@@ -4,6 +4,16 @@
 
 #include "validate.h"
 
+/* The workspace region CASTLE_WS_T as its kernels take it (cl/common.cl, tcopy): its offset and the
+   floats of each of its slots, in floats. */
+static inline cl_ulong2 castle__ws_t(const castle_problem *p)
+{
+    cl_ulong2 t;
+    t.s[0] = p->ws_off[CASTLE_WS_T];
+    t.s[1] = p->ws_t_slot;
+    return t;
+}
+
 /* bufs is indexed by castle_tensor. */
 castle_status castle__schedule_forward(castle_context *ctx, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT],
                                        cl_mem ws, cl_command_queue queue, cl_uint nwait, const cl_event *wait,

@@ -7,7 +7,8 @@
 # The library builds with -w (host/program.h, CASTLE_BUILD_QUIET), so this is where the kernels'
 # warnings are seen.  Exit status 0 when every program compiles without a warning, else 1 with the
 # first warnings of each failing program.  Each program also defines at most CASTLE_MAX_PROGRAM_KERNELS
-# kernels (host/program.h: the context's kernel slots are sized by it), counted after preprocessing.
+# kernels (host/program.h: the context's kernel slots are sized by it), counted after preprocessing,
+# and reads dimension 1 only through BH_INDEX (cl/common.cl).
 set -euo pipefail
 lint=${1:?usage: kernel_lint.sh KERNEL_LINT CLANG}
 clang=${2:?usage: kernel_lint.sh KERNEL_LINT CLANG}
@@ -27,10 +28,18 @@ while read -r id entry family class; do
         echo "FAIL $entry $family (head-dimension class $class): ${opt[*]}"
         grep -E 'error|warning' "$work/$id.log" | head -5
     fi
-    k=$("$clang" "${cl[@]}" -E -P "${opt[@]}" "$work/$id.cl" 2>/dev/null | grep -Eo '\b__kernel\b' | wc -l)
+    "$clang" "${cl[@]}" -E -P "${opt[@]}" "$work/$id.cl" >"$work/$id.i" 2>/dev/null || true
+    k=$(grep -Eo '\b__kernel\b' "$work/$id.i" | wc -l)
     if [ "$k" -gt "$max" ] || [ "$k" -lt 1 ]; then
         ok=0
         echo "FAIL $entry $family (head-dimension class $class): $k kernels, at most $max (CASTLE_MAX_PROGRAM_KERNELS)"
+    fi
+    # dimension 1 only as BH_INDEX expands, (bh0 + (int)get_group_id(1))
+    if sed -E 's/\(bh0 \+ \(int\)get_group_id\(1\)\)//g' "$work/$id.i" |
+        grep -Eq 'get_(group_id|num_groups|global_id|global_offset) *\( *1 *\)'; then
+        ok=0
+        echo "FAIL $entry $family (head-dimension class $class): dimension 1 read other than as BH_INDEX" \
+            "(host/launch.c cuts it into launches, each told its first batch entry x head, bh0)"
     fi
     bad=$((bad + 1 - ok))
 done <"$work/index"

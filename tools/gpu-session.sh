@@ -139,7 +139,8 @@ for set in "${sets[@]}"; do
         --repeat 10
 done
 # batch x heads past 65535 (the grid's limit in y on CUDA devices, where OpenCL's dimension 1, the
-# kernels' batch x head, may land): each operation runs or names its failure
+# kernels' batch x head, may land; the library cuts it into launches of at most 65535 work-groups,
+# host/launch.c): each operation runs or names its failure
 step many_heads 120 env CASTLE_CACHE_DIR="$out/kc_now" "$tools/castle-bench" --batch 1 --heads "$many" --L 64 --t 64 \
     --gemm 0 --repeat 1 --ops forward,backward,decode --impls castle,causal
 anchors=$(dirname "$0")/torch-anchors.py
