@@ -261,6 +261,14 @@ castle_status castle__check_queue(const castle_context *ctx, cl_command_queue qu
             return castle__fail(CASTLE_ERR_WAIT_LIST, "wait_events[%u] is not a valid cl_event", i);
         if (ec != ctx->cl_ctx)
             return castle__fail(CASTLE_ERR_WAIT_LIST, "wait_events[%u] belongs to another OpenCL context", i);
+        /* an event that ended in an error: the commands after it would never run as the caller meant
+           (and PoCL 3.1 aborts the process on such an event in a wait list); one that fails after
+           this check is the driver's to report */
+        cl_int status = CL_COMPLETE;
+        if (clGetEventInfo(list[i], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) == CL_SUCCESS &&
+            status < 0)
+            return castle__fail(CASTLE_ERR_WAIT_LIST, "wait_events[%u] ended in error %d: nothing is enqueued after it",
+                                i, (int)status);
     }
     return CASTLE_SUCCESS;
 }

@@ -1012,6 +1012,16 @@ START_TEST(test_wait_list)
     a.nwait = 1;
     a.wait = null_list;
     expect_reject(&f, &a, CASTLE_ERR_WAIT_LIST, "wait_events[0]", "a NULL event in the list");
+    /* an event that ended in an error (PoCL 3.1 aborted the process on one in a wait list) */
+    cl_event done = clCreateUserEvent(f.clc, &err), failed = clCreateUserEvent(f.clc, &err);
+    ck_assert_msg(done && failed, "clCreateUserEvent: %d", (int)err);
+    ck_assert(clSetUserEventStatus(done, CL_COMPLETE) == CL_SUCCESS && clSetUserEventStatus(failed, -7) == CL_SUCCESS);
+    const cl_event failed_list[2] = {done, failed};
+    a.nwait = 2;
+    a.wait = failed_list;
+    expect_reject(&f, &a, CASTLE_ERR_WAIT_LIST, "wait_events[1] ended in error -7", "an event that ended in an error");
+    clReleaseEvent(done);
+    clReleaseEvent(failed);
     a.nwait = 1;
     a.wait = list;
     expect_success(&f, &a, "a valid one-event wait list");

@@ -89,7 +89,8 @@ typedef enum castle_status {
     CASTLE_ERR_BUFFER_TOO_SMALL = -3012,   /* a tensor buffer is smaller than its layout needs */
     CASTLE_ERR_WORKSPACE_TOO_SMALL = -3013,/* workspace smaller than castle_forward_workspace_size() */
     CASTLE_ERR_WAIT_LIST = -3014,          /* wait-list count without a list, a list with count 0, a NULL event,
-                                              or an event of another OpenCL context */
+                                              an event of another OpenCL context, or one that ended in an
+                                              error */
     CASTLE_ERR_QUEUE_MISMATCH = -3015,     /* the queue belongs to another context or device */
     CASTLE_ERR_BUILD_FAILED = -3016,       /* a kernel failed to compile: see castle_build_log() */
     CASTLE_ERR_NO_DEVICE = -3017,          /* no OpenCL platform/device matches the request */
