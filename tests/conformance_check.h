@@ -66,4 +66,51 @@ static inline void conformance_head_dim_classes(const conf_op *ops, int nops)
 /* Adds the whole table of op (the full tier) to tc as one loop test. */
 #define CONFORMANCE_LOOP(tc, fn, op) tcase_add_loop_test((tc), (fn), 0, (int)conf_ncases(op))
 
+/* The kernel launches a launch observer (castle_context_set_launch_observer: h_observe, with a
+   zeroed h_launches as its user data) saw: per kernel name, its launches, their work-groups in all
+   and the last one's. */
+#define H_MAX_KERNELS 32
+typedef struct h_launches {
+    int n;
+    const char *name[H_MAX_KERNELS]; /* the library's static strings */
+    int launches[H_MAX_KERNELS];
+    size_t groups[H_MAX_KERNELS], last[H_MAX_KERNELS];
+} h_launches;
+
+static inline void h_observe(void *user, const char *kernel, cl_event event, size_t groups, size_t group_size)
+{
+    (void)event;
+    (void)group_size;
+    h_launches *s = user;
+    int i = 0;
+    while (i < s->n && strcmp(s->name[i], kernel))
+        ++i;
+    if (i == s->n && s->n < H_MAX_KERNELS)
+        s->name[s->n++] = kernel;
+    if (i < s->n) {
+        s->launches[i]++;
+        s->groups[i] += groups;
+        s->last[i] = groups;
+    }
+}
+
+/* The work-groups of kernel's last launch, 0 when it was not launched. */
+static inline size_t h_last_groups(const h_launches *s, const char *kernel)
+{
+    for (int i = 0; i < s->n; ++i)
+        if (!strcmp(s->name[i], kernel))
+            return s->last[i];
+    return 0;
+}
+
+/* Runs suite s; the process's exit status. */
+static inline int h_run_suite(Suite *s)
+{
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    const int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
 #endif

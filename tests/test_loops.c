@@ -31,35 +31,6 @@
    (the counts: host/loops.c). */
 #define LIMIT "6000"
 
-/* The kernel launches an observer saw: names (static strings) and work-groups. */
-#define MAX_SEEN 256
-typedef struct seen {
-    int n;
-    const char *name[MAX_SEEN];
-    size_t groups[MAX_SEEN];
-} seen;
-
-static void observe(void *user, const char *kernel, cl_event event, size_t groups, size_t group_size)
-{
-    (void)event;
-    (void)group_size;
-    seen *s = user;
-    if (s->n < MAX_SEEN) {
-        s->name[s->n] = kernel;
-        s->groups[s->n++] = groups;
-    }
-}
-
-/* The work-groups of the last launch of kernel, 0 when none. */
-static size_t groups_of(const seen *s, const char *kernel)
-{
-    size_t g = 0;
-    for (int i = 0; i < s->n; ++i)
-        if (!strcmp(s->name[i], kernel))
-            g = s->groups[i];
-    return g;
-}
-
 static size_t block_of(castle_context *ctx)
 {
     castle_tuning t;
@@ -125,15 +96,15 @@ START_TEST(test_decode_spread)
     const size_t cap = conf_decode_capacity(&c), d = c.d;
     float *o = calloc(cap * d, sizeof *o), *lse = calloc(cap, sizeof *lse);
     ck_assert(o && lse);
-    seen s = {0};
-    ck_assert_int_eq(castle_context_set_launch_observer(ctx, observe, &s), CASTLE_SUCCESS);
+    h_launches s = {0};
+    ck_assert_int_eq(castle_context_set_launch_observer(ctx, h_observe, &s), CASTLE_SUCCESS);
     bool guards = false;
     const castle_status st = conf_run_decode(ctx, &c, o, lse, &guards, NULL);
     ck_assert_int_eq(castle_context_set_launch_observer(ctx, NULL, NULL), CASTLE_SUCCESS);
     ck_assert_msg(st == CASTLE_SUCCESS && guards, "%s", castle_last_error());
     /* one work-group would do: 64 rows, a group's least (host/cache.c, MIN_CHUNK) */
-    ck_assert_msg(groups_of(&s, "castle_cache_decode_attend") >= 2, "castle_cache_decode_attend: %zu work-groups",
-                  groups_of(&s, "castle_cache_decode_attend"));
+    ck_assert_msg(h_last_groups(&s, "castle_cache_decode_attend") >= 2, "castle_cache_decode_attend: %zu work-groups",
+                  h_last_groups(&s, "castle_cache_decode_attend"));
     const h_fwd_case fc = {1, 1, c.n, d, 0, H_BHLD, 1, 0, c.seed};
     h_fwd_out fo;
     ck_assert_msg(h_run_forward(ctx, h_queue(), &fc, true, true, &fo) == CASTLE_SUCCESS, "%s", castle_last_error());
@@ -208,8 +179,8 @@ static bool folded_under(const char *limit)
     ck_assert_int_eq(castle_context_get_tuning(ctx, &t), CASTLE_SUCCESS);
     ck_assert_msg(t.fold >= 2, "the tuning folds no wavefront (fold = %u)", t.fold);
     const h_fwd_case c = {1, 2 * (size_t)cu, 2 * t.block, 16, 0, H_BHLD, 1, 0, 5};
-    seen s = {0};
-    ck_assert_int_eq(castle_context_set_launch_observer(ctx, observe, &s), CASTLE_SUCCESS);
+    h_launches s = {0};
+    ck_assert_int_eq(castle_context_set_launch_observer(ctx, h_observe, &s), CASTLE_SUCCESS);
     h_fwd_out out;
     ck_assert_msg(h_run_forward(ctx, castle_context_queue(ctx), &c, true, false, &out) == CASTLE_SUCCESS, "%s",
                   castle_last_error());
@@ -217,7 +188,8 @@ static bool folded_under(const char *limit)
     h_fwd_out_free(&out);
     ck_assert_int_eq(castle_context_set_launch_observer(ctx, NULL, NULL), CASTLE_SUCCESS);
     castle_context_destroy(ctx);
-    const bool fold = groups_of(&s, "castle_forward_fold") > 0, block = groups_of(&s, "castle_forward_block") > 0;
+    const bool fold = h_last_groups(&s, "castle_forward_fold") > 0,
+               block = h_last_groups(&s, "castle_forward_block") > 0;
     ck_assert_msg(fold != block, "fold %d, block %d", fold, block);
     return fold;
 }
@@ -230,8 +202,7 @@ END_TEST
 
 int main(void)
 {
-    /* before h_context() makes the suite's context */
-    if (setenv("CASTLE_LOOP_LIMIT", LIMIT, 1)) {
+    if (setenv("CASTLE_LOOP_LIMIT", LIMIT, 1)) { /* before h_context() makes the suite's context */
         perror("setenv");
         return EXIT_FAILURE;
     }
@@ -245,9 +216,5 @@ int main(void)
     tcase_add_test(tc, test_no_fold);
     tcase_add_test(tc, test_fold_without_limit);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    const int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return h_run_suite(s);
 }

@@ -23,31 +23,6 @@
 
 #define PIECE "3"
 
-/* Launches of each kernel, by name (static strings), and their work-groups. */
-#define MAX_NAMES 32
-typedef struct seen {
-    int n;
-    const char *name[MAX_NAMES];
-    int launches[MAX_NAMES];
-    size_t groups[MAX_NAMES];
-} seen;
-
-static void observe(void *user, const char *kernel, cl_event event, size_t groups, size_t group_size)
-{
-    (void)event;
-    (void)group_size;
-    seen *s = user;
-    int i = 0;
-    while (i < s->n && strcmp(s->name[i], kernel))
-        ++i;
-    if (i == s->n && s->n < MAX_NAMES)
-        s->name[s->n++] = kernel;
-    if (i < s->n) {
-        s->launches[i]++;
-        s->groups[i] += groups;
-    }
-}
-
 START_TEST(test_env)
 {
     static const char *const bad[] = {"0", "x", "-3", "3 "};
@@ -68,8 +43,8 @@ START_TEST(test_pieces)
     castle_context *ctx = h_context();
     ck_assert_msg(ctx, "no device: %s", castle_last_error());
     const h_fwd_case c = {2, 4, 40, 16, 0, H_BHLD, 1, 0, 3};
-    seen s = {0};
-    ck_assert_int_eq(castle_context_set_launch_observer(ctx, observe, &s), CASTLE_SUCCESS);
+    h_launches s = {0};
+    ck_assert_int_eq(castle_context_set_launch_observer(ctx, h_observe, &s), CASTLE_SUCCESS);
     h_fwd_out out;
     const castle_status st = h_run_forward(ctx, h_queue(), &c, true, false, &out);
     ck_assert_int_eq(castle_context_set_launch_observer(ctx, NULL, NULL), CASTLE_SUCCESS);
@@ -155,8 +130,7 @@ END_TEST
 
 int main(void)
 {
-    /* before h_context() makes the suite's context */
-    if (setenv("CASTLE_MAX_GROUPS_Y", PIECE, 1)) {
+    if (setenv("CASTLE_MAX_GROUPS_Y", PIECE, 1)) { /* before h_context() makes the suite's context */
         perror("setenv");
         return EXIT_FAILURE;
     }
@@ -169,9 +143,5 @@ int main(void)
     tcase_add_test(tc, test_causal);
     tcase_add_test(tc, test_decode);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    const int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return h_run_suite(s);
 }
