@@ -253,20 +253,21 @@ castle_status castle__causal_decode(castle_context *ctx, const char *fn, castle_
             size_t split = keys / (MIN_KEYS * (per_group > 1 ? per_group : 4));
             split = split < per_head ? split : per_head;
             split = split < fit / per_group ? split : fit / per_group;
-            if (ctx->info.loop_limit) { /* work-groups enough that each one's keys fit (host/loops.c) */
+            if (ctx->info.loop_limit) { /* partials enough that each one's keys fit (host/loops.c) */
                 const size_t most =
                     castle__loops_max_units(CASTLE_LOOPS_CAUSAL_DECODE, p->d, 0, ctx->info.loop_limit) / n;
-                size_t need = most ? (keys + most - 1) / most : keys;
+                const size_t parts = most ? (keys + most - 1) / most : keys;
+                size_t need = (parts + per_group - 1) / per_group;
                 need = need < fit / per_group ? need : fit / per_group;
                 split = split > need ? split : need;
             }
             split = split > 0 ? split : 1;
             char advice[96];
-            snprintf(advice, sizeof advice, "the cache's scratch splits its %zu keys %zu ways at most", keys,
-                     fit / per_group);
-            if ((st = castle__loop_check(
-                     ctx->info.loop_limit, fn, "castle_causal_decode",
-                     castle__loops(CASTLE_LOOPS_CAUSAL_DECODE, p->d, (keys + split - 1) / split * n, 0), advice)))
+            snprintf(advice, sizeof advice, "the cache's scratch splits its %zu keys %zu ways at most", keys, fit);
+            /* a partial's keys: a work-group's under mapping 2, a work-item's under 1 (cl/causal.cl) */
+            const size_t per_part = (keys + split * per_group - 1) / (split * per_group);
+            if ((st = castle__loop_check(ctx->info.loop_limit, fn, "castle_causal_decode",
+                                         castle__loops(CASTLE_LOOPS_CAUSAL_DECODE, p->d, per_part * n, 0), advice)))
                 return st;
             groups = split;
             partials = split * per_group;

@@ -10,7 +10,8 @@
  *   decode    a decode call of 64 tokens from an empty cache, which one work-group would take past the
  *             limit, is spread over more work-groups (seen by the launch observer) and matches the
  *             forward (itself checked against the fp64 reference); with no room in the cache's
- *             scratch to spread it, the call is refused and the cache stays empty and usable.
+ *             scratch to spread it, the call is refused and the cache stays empty and usable; a
+ *             causal decode's keys spread over more work-groups as they grow past the limit's.
  *   fold      the folded wavefront (one work-group over every block pair) is not used under a
  *             limit, and is without one. */
 #ifndef _POSIX_C_SOURCE
@@ -163,6 +164,48 @@ START_TEST(test_decode_refused)
 }
 END_TEST
 
+/* castle_causal_decode of one token per call after a prompt of two blocks, to 1100 keys, on a context
+   under CASTLE_LOOP_LIMIT=300: past about 15 keys per partial the decode spreads the keys over more
+   work-groups (more than it would: launch observer) and its outputs are the causal forward's (itself
+   against the fp64 reference). */
+START_TEST(test_causal_decode_spread)
+{
+    ck_assert_int_eq(setenv("CASTLE_LOOP_LIMIT", "300", 1), 0);
+    castle_context *ctx = NULL;
+    ck_assert_msg(castle_context_create_default(NULL, &ctx) == CASTLE_SUCCESS, "%s", castle_last_error());
+    ck_assert_int_eq(setenv("CASTLE_LOOP_LIMIT", LIMIT, 1), 0);
+    const size_t blk = block_of(ctx), L = 1100, d = 16;
+    const conf_causal_dec_case dc = {{1, 1, L, d, 0, H_BHLD, 1, 0, 41}, 2 * blk, 1, true, true};
+    float *o = calloc(L * d, sizeof *o), *lse = calloc(L, sizeof *lse);
+    ck_assert(o && lse);
+    h_launches s = {0};
+    ck_assert_int_eq(castle_context_set_launch_observer(ctx, h_observe, &s), CASTLE_SUCCESS);
+    bool guards = false;
+    const castle_status st = conf_run_causal_decode(ctx, castle_context_queue(ctx), &dc, 0, o, lse, &guards);
+    ck_assert_int_eq(castle_context_set_launch_observer(ctx, NULL, NULL), CASTLE_SUCCESS);
+    ck_assert_msg(st == CASTLE_SUCCESS && guards, "%s", castle_last_error());
+    /* the last token's 1100 keys: 1100 / 15 partials at least (one per work-item or work-group) */
+    const size_t g = h_last_groups(&s, "castle_causal_decode");
+    ck_assert_msg(g >= 2, "castle_causal_decode: %zu work-groups", g);
+    h_fwd_out fo;
+    ck_assert_msg(h_run_causal_forward(h_context(), h_queue(), &dc.c, true, &fo) == CASTLE_SUCCESS, "%s",
+                  castle_last_error());
+    ck_assert_msg(fo.err_o <= CAUSAL_TOL && fo.err_lse <= CAUSAL_TOL, "forward: o %.3g, lse %.3g", fo.err_o,
+                  fo.err_lse);
+    for (size_t t = dc.P; t < L; ++t) {
+        ck_assert_msg(fabs(lse[t] - fo.lse[t]) <= DECODE_TOL, "token %zu: lse %g, forward %g", t, (double)lse[t],
+                      (double)fo.lse[t]);
+        for (size_t e = 0; e < d; ++e)
+            ck_assert_msg(fabs(o[t * d + e] - fo.o[t * d + e]) <= DECODE_TOL, "token %zu: o %g, forward %g", t,
+                          (double)o[t * d + e], (double)fo.o[t * d + e]);
+    }
+    h_fwd_out_free(&fo);
+    free(o);
+    free(lse);
+    castle_context_destroy(ctx);
+}
+END_TEST
+
 /* The forward of a case the wavefront folds (N <= the tuning's fold, B H >= 2 compute units) on a
    context made under CASTLE_LOOP_LIMIT=limit: which kernel it launched. */
 static bool folded_under(const char *limit)
@@ -213,6 +256,7 @@ int main(void)
     tcase_add_test(tc, test_causal_backward);
     tcase_add_test(tc, test_decode_spread);
     tcase_add_test(tc, test_decode_refused);
+    tcase_add_test(tc, test_causal_decode_spread);
     tcase_add_test(tc, test_no_fold);
     tcase_add_test(tc, test_fold_without_limit);
     suite_add_tcase(s, tc);
