@@ -16,7 +16,6 @@
 #include "loops.h"
 
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,13 +120,11 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
         ragged = ragged || lengths[b] != p->L;
     cl_kernel kstore, ku = NULL;
     castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, p->d, "castle_cache_prefill_store", &kstore);
-    if (st == CASTLE_SUCCESS && ragged) { /* its first work-group loops over all N key blocks (host/loops.c) */
-        char advice[96];
-        snprintf(advice, sizeof advice, "at d = %zu prompts of at most %zu tokens fit", p->d,
-                 castle__loops_max_units(CASTLE_LOOPS_PREFILL_U, p->d, 0, ctx->info.loop_limit) * ctx->tuning.block);
-        st = castle__loop_check(ctx->info.loop_limit, "castle_prefill", "castle_cache_prefill_u",
-                                castle__loops(CASTLE_LOOPS_PREFILL_U, p->d, p->N, 0), advice);
-    }
+    if (st == CASTLE_SUCCESS && ragged) /* its first work-group loops over all N key blocks (host/loops.c) */
+        st = castle__loop_check(
+            ctx->info.loop_limit, "castle_prefill", "castle_cache_prefill_u",
+            castle__loops(CASTLE_LOOPS_PREFILL_U, p->d, p->N, 0), "at d = %zu prompts of at most %zu tokens fit", p->d,
+            castle__loops_max_units(CASTLE_LOOPS_PREFILL_U, p->d, 0, ctx->info.loop_limit) * ctx->tuning.block);
     if (st == CASTLE_SUCCESS && ragged)
         st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, p->d, "castle_cache_prefill_u", &ku);
     if (st != CASTLE_SUCCESS)
@@ -313,7 +310,7 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
     if (groups * S > (size_t)INT_MAX) /* the kernel's s0 + S is an int (a cache of over 2^30 tokens) */
         groups = 1, S = rows;
     if ((st = castle__loop_check(limit, "castle_decode", "castle_cache_decode_attend",
-                                 castle__loops(CASTLE_LOOPS_DECODE_ROW, c->d, decode_rows(S, longest, n), n),
+                                 castle__loops(CASTLE_LOOPS_DECODE_ROW, c->d, decode_rows(S, longest, n), n), "%s",
                                  "decode fewer tokens per call (a prompt goes through castle_prefill)")))
         return st;
     castle_chain ch;

@@ -16,7 +16,6 @@
 #include "launch.h"
 #include "loops.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,11 +70,10 @@ static castle_status forward_args(castle_context *ctx, const char *fn, const cas
     /* A work-group's key blocks: all of a split's (host/loops.c) */
     const size_t blk = ctx->tuning.block, key_blocks = ((size_t)t0 + p->L + blk - 1) / blk;
     const size_t blocks = (key_blocks + (size_t)nsplit - 1) / (size_t)nsplit;
-    char advice[128];
-    snprintf(advice, sizeof advice, "at d = %zu a work-group fits %zu keys (here %zu)", p->d,
-             castle__loops_max_units(CASTLE_LOOPS_CAUSAL_FORWARD, p->d, 0, ctx->info.loop_limit) * blk, blocks * blk);
-    castle_status st = castle__loop_check(ctx->info.loop_limit, fn, "castle_causal_forward",
-                                          castle__loops(CASTLE_LOOPS_CAUSAL_FORWARD, p->d, blocks, 0), advice);
+    castle_status st = castle__loop_check(
+        ctx->info.loop_limit, fn, "castle_causal_forward", castle__loops(CASTLE_LOOPS_CAUSAL_FORWARD, p->d, blocks, 0),
+        "at d = %zu a work-group fits %zu keys (here %zu)", p->d,
+        castle__loops_max_units(CASTLE_LOOPS_CAUSAL_FORWARD, p->d, 0, ctx->info.loop_limit) * blk, blocks * blk);
     if (st == CASTLE_SUCCESS)
         st =
             castle__get_kernel(ctx, castle__causal_forward_family(&ctx->tuning), p->d, "castle_causal_forward", kernel);
@@ -137,11 +135,10 @@ castle_status castle__causal_backward(castle_context *ctx, const castle_problem 
     castle_status st = CASTLE_SUCCESS;
     for (int i = 0; i < 2 && st == CASTLE_SUCCESS; ++i) {
         /* the longest work-group of either side loops over all N blocks (host/loops.c) */
-        char advice[128];
         const size_t most = castle__loops_max_units(loops[i], p->d, 0, ctx->info.loop_limit);
-        snprintf(advice, sizeof advice, "at d = %zu it fits L <= %zu", p->d, most * ctx->tuning.block);
         if ((st = castle__loop_check(ctx->info.loop_limit, "castle_causal_backward", names[i],
-                                     castle__loops(loops[i], p->d, p->N, 0), advice)) ||
+                                     castle__loops(loops[i], p->d, p->N, 0), "at d = %zu it fits L <= %zu", p->d,
+                                     most * ctx->tuning.block)) ||
             (st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, names[i], &kernels[i])))
             break;
         castle_args *a = &args[i];
@@ -262,12 +259,11 @@ castle_status castle__causal_decode(castle_context *ctx, const char *fn, castle_
                 split = split > need ? split : need;
             }
             split = split > 0 ? split : 1;
-            char advice[96];
-            snprintf(advice, sizeof advice, "the cache's scratch splits its %zu keys %zu ways at most", keys, fit);
             /* a partial's keys: a work-group's under mapping 2, a work-item's under 1 (cl/causal.cl) */
             const size_t per_part = (keys + split * per_group - 1) / (split * per_group);
             if ((st = castle__loop_check(ctx->info.loop_limit, fn, "castle_causal_decode",
-                                         castle__loops(CASTLE_LOOPS_CAUSAL_DECODE, p->d, per_part * n, 0), advice)))
+                                         castle__loops(CASTLE_LOOPS_CAUSAL_DECODE, p->d, per_part * n, 0),
+                                         "the cache's scratch splits its %zu keys %zu ways at most", keys, fit)))
                 return st;
             groups = split;
             partials = split * per_group;

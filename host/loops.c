@@ -15,7 +15,9 @@
 #include "device.h"
 #include "error.h"
 
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 castle_status castle__loop_limit(const castle_device_info *info, unsigned long *limit)
@@ -41,10 +43,12 @@ static const struct {
 static size_t add_sat(size_t x, size_t y) { return x > SIZE_MAX - y ? SIZE_MAX : x + y; }
 static size_t mul_sat(size_t x, size_t y) { return y && x > SIZE_MAX / y ? SIZE_MAX : x * y; }
 
+/* Kernel k's iterations per unit at head dimension d, times model[k].div. */
+static size_t per_unit(castle_loop_kernel k, size_t d) { return model[k].a + model[k].b * ((d + 15) / 16); }
+
 size_t castle__loops(castle_loop_kernel k, size_t d, size_t units, size_t tokens)
 {
-    const size_t c = (d + 15) / 16, per = model[k].a + model[k].b * c;
-    size_t n = add_sat(model[k].base, mul_sat(units, per) / model[k].div + 1);
+    size_t n = add_sat(model[k].base, mul_sat(units, per_unit(k, d)) / model[k].div + 1);
     if (k == CASTLE_LOOPS_DECODE_ROW)
         n = add_sat(n, mul_sat(tokens, DECODE_PER_TOKEN));
     return n;
@@ -52,17 +56,21 @@ size_t castle__loops(castle_loop_kernel k, size_t d, size_t units, size_t tokens
 
 size_t castle__loops_max_units(castle_loop_kernel k, size_t d, size_t tokens, unsigned long limit)
 {
-    const size_t c = (d + 15) / 16, per = model[k].a + model[k].b * c;
     const size_t fixed =
         add_sat(model[k].base + 1, k == CASTLE_LOOPS_DECODE_ROW ? mul_sat(tokens, DECODE_PER_TOKEN) : 0);
-    return limit > fixed ? (size_t)(limit - fixed) * model[k].div / per : 0;
+    return limit > fixed ? (size_t)(limit - fixed) * model[k].div / per_unit(k, d) : 0;
 }
 
 castle_status castle__loop_check(unsigned long limit, const char *fn, const char *kernel, size_t iterations,
-                                 const char *advice)
+                                 const char *advice_fmt, ...)
 {
     if (!limit || iterations <= limit)
         return CASTLE_SUCCESS;
+    char advice[160];
+    va_list ap;
+    va_start(ap, advice_fmt);
+    vsnprintf(advice, sizeof advice, advice_fmt, ap);
+    va_end(ap);
     return castle__fail(CASTLE_ERR_DEVICE_UNSUPPORTED,
                         "%s: %s would loop about %zu times in a work-item; this device ends a work-item's loops "
                         "after %lu (Mesa's llvmpipe, or CASTLE_LOOP_LIMIT), silently, so it is refused: %s",

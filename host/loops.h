@@ -39,8 +39,13 @@ size_t castle__loops(castle_loop_kernel k, size_t d, size_t units, size_t tokens
 size_t castle__loops_max_units(castle_loop_kernel k, size_t d, size_t tokens, unsigned long limit);
 
 /* CASTLE_SUCCESS when `iterations` fit the context's loop limit, else CASTLE_ERR_DEVICE_UNSUPPORTED
-   with a message from fn naming the kernel, its count and `advice` (what fits). */
+   with a message from fn naming the kernel, its count and the advice (what fits) that advice_fmt and
+   the arguments after it format, only then. */
 castle_status castle__loop_check(unsigned long limit, const char *fn, const char *kernel, size_t iterations,
-                                 const char *advice);
+                                 const char *advice_fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
 
 #endif

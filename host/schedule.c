@@ -33,11 +33,12 @@ static void common_args(castle_args *a, const castle_problem *p, const cl_mem bu
     CASTLE_ARG(a, ws);
     for (int i = 0; i < nregions; ++i) {
         const cl_ulong off = p->ws_off[regions[i]];
-        const cl_ulong2 t = castle__ws_t(p); /* the block-transposed copies: offset and slot size */
-        if (regions[i] == CASTLE_WS_T)
+        if (regions[i] == CASTLE_WS_T) {
+            const cl_ulong2 t = castle__ws_t(p); /* the block-transposed copies: offset and slot size */
             CASTLE_ARG(a, t);
-        else
+        } else {
             CASTLE_ARG(a, off);
+        }
     }
 }
 
