@@ -6,6 +6,7 @@
 #include "conformance.h"
 
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +102,20 @@ static inline size_t h_last_groups(const h_launches *s, const char *kernel)
         if (!strcmp(s->name[i], kernel))
             return s->last[i];
     return 0;
+}
+
+/* Rows [first, last) of o (rows of d floats) and lse against ref_o, ref_lse (the forward's): each
+   value within tol (max absolute difference); `what` names the rows in messages. */
+static inline void h_check_rows(const float *o, const float *lse, const float *ref_o, const float *ref_lse,
+                                size_t first, size_t last, size_t d, double tol, const char *what)
+{
+    for (size_t t = first; t < last; ++t) {
+        ck_assert_msg(fabs(lse[t] - ref_lse[t]) <= tol, "%s token %zu: lse %g, forward %g", what, t, (double)lse[t],
+                      (double)ref_lse[t]);
+        for (size_t e = 0; e < d; ++e)
+            ck_assert_msg(fabs(o[t * d + e] - ref_o[t * d + e]) <= tol, "%s token %zu: o %g, forward %g", what, t,
+                          (double)o[t * d + e], (double)ref_o[t * d + e]);
+    }
 }
 
 /* Runs suite s; the process's exit status. */

@@ -111,13 +111,7 @@ START_TEST(test_decode_spread)
     ck_assert_msg(h_run_forward(ctx, h_queue(), &fc, true, true, &fo) == CASTLE_SUCCESS, "%s", castle_last_error());
     ck_assert_msg(fo.err_o <= FORWARD_TOL && fo.err_lse <= FORWARD_TOL, "forward: o %.3g, lse %.3g", fo.err_o,
                   fo.err_lse);
-    for (size_t t = 0; t < c.n; ++t) {
-        ck_assert_msg(fabs(lse[t] - fo.lse[t]) <= DECODE_TOL, "token %zu: lse %g, forward %g", t, (double)lse[t],
-                      (double)fo.lse[t]);
-        for (size_t e = 0; e < d; ++e)
-            ck_assert_msg(fabs(o[t * d + e] - fo.o[t * d + e]) <= DECODE_TOL, "token %zu: o %g, forward %g", t,
-                          (double)o[t * d + e], (double)fo.o[t * d + e]);
-    }
+    h_check_rows(o, lse, fo.o, fo.lse, 0, c.n, d, DECODE_TOL, "decode");
     h_fwd_out_free(&fo);
     free(o);
     free(lse);
@@ -192,13 +186,7 @@ START_TEST(test_causal_decode_spread)
                   castle_last_error());
     ck_assert_msg(fo.err_o <= CAUSAL_TOL && fo.err_lse <= CAUSAL_TOL, "forward: o %.3g, lse %.3g", fo.err_o,
                   fo.err_lse);
-    for (size_t t = dc.P; t < L; ++t) {
-        ck_assert_msg(fabs(lse[t] - fo.lse[t]) <= DECODE_TOL, "token %zu: lse %g, forward %g", t, (double)lse[t],
-                      (double)fo.lse[t]);
-        for (size_t e = 0; e < d; ++e)
-            ck_assert_msg(fabs(o[t * d + e] - fo.o[t * d + e]) <= DECODE_TOL, "token %zu: o %g, forward %g", t,
-                          (double)o[t * d + e], (double)fo.o[t * d + e]);
-    }
+    h_check_rows(o, lse, fo.o, fo.lse, dc.P, L, d, DECODE_TOL, "causal decode");
     h_fwd_out_free(&fo);
     free(o);
     free(lse);
