@@ -75,7 +75,9 @@ __kernel void castle_cache_prefill_store(const int P, const int d, const int H, 
 }
 
 /* Work-group (row block sb, bh): U[T_s] = sum_j G[T_s, T_j] VU[T_j] over the key blocks T_j that
-   meet the gate of T_s (j from sb up to the window's end), gate rows s < j < lens[b], j <= s + W.
+   meet the gate of T_s (j from sb up to the window's end) and lie in the launch's range [jfrom, jupto)
+   (every block in one launch, unless the device limits a work-item's loops: host/loops.c; the block
+   jb = sb writes U[T_s], the others add to it), gate rows s < j < lens[b], j <= s + W.
    The forward's mapping and operands (cl/forward.cl, phases 1, 2 and 5): gl = QU[T_s] KU[T_j]^T on
    micro-tiles, d staged DT columns at a time (QU as MT_AT says, KU k-major, row stride KS; both from
    the block-transposed copies the prefill's forward left in its workspace at ws_t, whose rows past a
@@ -97,7 +99,7 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
                             __global const float *ku, const ulong4 sku, /* read through its copy in ws */
                             __global const float *vu, const ulong4 svu,
                             __global float *cu, __global float *ws, const ulong2 ws_t, const int Lpad,
-                            BH0_PARAM)
+                            const int jfrom, const int jupto, BH0_PARAM)
 {
     __local float lm[PU_LM] LM_ALIGNED;
     __local float *tQU = lm, *tKU = lm + KS * DT;  /* phase 1: k-major, row stride KS */
@@ -117,7 +119,7 @@ void castle_cache_prefill_u(const int d, const int H, const int W, const int cap
     __global float *U = cu + (ulong)bh * cap * d;
     const vfloat lane = lane_index();
 
-    for (int jb = sb; jb * BLK <= jlast; ++jb) {
+    for (int jb = max(sb, jfrom); jb * BLK <= jlast && jb < jupto; ++jb) {
         const int j0 = jb * BLK;
         vfloat gl[FUPT][MT_ACC];
         #pragma unroll

@@ -147,10 +147,11 @@ inline vfloat cc_finite_or_zero(vfloat x) { return select(x, (vfloat)(0.0f), isi
 
 /* Writes the accumulators acc of a BLK x d block (CF_NCH slabs x FUPC micro-tiles, as the forward's
    acc) to its rows < nrows at out (row stride rs), each value times sc, then divided by div[row] when
-   div_rows. */
+   div_rows; with add, adds them to what out holds (an earlier launch's part of the sums). */
 __attribute__((always_inline)) inline void cc_store_acc(const vfloat *acc, __global float *out, const ulong rs,
                                                         const int nrows, const int d, const float sc,
-                                                        __local const float *div, const bool div_rows)
+                                                        __local const float *div, const bool div_rows,
+                                                        const bool add)
 {
     const int lid = get_local_id(0);
 #pragma unroll
@@ -161,8 +162,9 @@ __attribute__((always_inline)) inline void cc_store_acc(const vfloat *acc, __glo
                 const int row = MT_EROW(row0, e), c = MT_ECOL(ci * DT + col0, e);
                 if (row >= nrows || c >= d)
                     continue;
-                const vfloat x = acc[(ci * FUPC + m) * MT_ACC + e] * sc;
-                gstore_part(div_rows ? x / div[row] : x, out + (ulong)row * rs + c, d - c);
+                const vfloat x = acc[(ci * FUPC + m) * MT_ACC + e] * sc, y = div_rows ? x / div[row] : x;
+                __global float *p = out + (ulong)row * rs + c;
+                gstore_part(add ? gload_part(p, d - c) + y : y, p, d - c);
             }
         }
 }
@@ -398,10 +400,10 @@ void castle_causal_forward(const int n, const int t0, const int d, const int H, 
         pp[d + 1] = sL[lid];
     }
     if (nsplit == 1)
-        cc_store_acc(acc, o + tensor_offset(so, b, h, q0), so.z, qrows, d, 1.0f, sL, true);
+        cc_store_acc(acc, o + tensor_offset(so, b, h, q0), so.z, qrows, d, 1.0f, sL, true, false);
     else /* partial sp of row r at cc_partial(.., r, ..): rows nsplit (d + 2) floats apart */
         cc_store_acc(acc, part + cc_partial(bh, n, q0, nsplit, sp, d), (ulong)nsplit * (d + 2), qrows, d, 1.0f, sL,
-                     false);
+                     false, false);
 }
 
 #ifndef CC_FORWARD_ONLY /* the rest of the family (host/program.c, CASTLE_FAMILY_CAUSAL_FORWARD) */
@@ -770,7 +772,9 @@ inline void cc_stage_b(__local float *T, const int dpad, const int d, __global c
 #define CC_W2(dpad, nb) (CC_RES(dpad) ? (dpad) : min((dpad), CC_ST / ((nb) * DT) * DT))
 
 /* Backward, key side: work-group (j, bh) owns key block j (the longest first) and loops over the
- * query blocks i >= j:  S = Q_i K_j^T,  P = exp(sc S - lse_i),  dP = dO_i V_j^T,  dS = P (dP - Delta_i)
+ * query blocks i >= j of the launch's range [from, upto) (all N of them in one launch, unless the
+ * device limits a work-item's loops: host/loops.c; a launch after the block's first adds its sums to
+ * what the earlier ones wrote):  S = Q_i K_j^T,  P = exp(sc S - lse_i),  dP = dO_i V_j^T,  dS = P (dP - Delta_i)
  * (query rows x keys, written row-major to sP and sD, masked entries and rows past L 0), then
  * dV_j += P^T dO_i and dK_j += dS^T Q_i (A = P^T, dS^T read k-major from sP, sD; dO_i and Q_i staged
  * row-major).  On the diagonal block key s0 + r takes only the query rows from s0 + r on
@@ -785,7 +789,8 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
                                __global const float *lse, const ulong4 slse,
                                __global const float *dO, const ulong4 sdo,
                                __global float *dk, const ulong4 sdk,
-                               __global float *dv, const ulong4 sdv, BH0_PARAM)
+                               __global float *dv, const ulong4 sdv, const int from, const int upto,
+                               BH0_PARAM)
 {
     __local float T[CC_ST * BLK] LM_ALIGNED;
     __local float sP[BLK * BLK] LM_ALIGNED; /* P[row * BLK + key] */
@@ -795,6 +800,9 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
     const int N = (L + BLK - 1) / BLK, kb = get_group_id(0), bh = BH_INDEX;
     const uint b = bh / H, h = bh % H;
     const int s0 = kb * BLK, krows = min(BLK, L - s0);
+    const int qend = min(N, upto);
+    if (kb >= qend) /* uniform: no query block of the range sees this key block */
+        return;
     __global const float *pq = q + tensor_offset(sq, b, h, 0);
     __global const float *pk = k + tensor_offset(sk, b, h, 0);
     __global const float *pv = v + tensor_offset(sv, b, h, 0);
@@ -811,7 +819,7 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
     for (int e = 0; e < CF_NCH * FUPC * MT_ACC; ++e)
         accK[e] = accV[e] = (vfloat)(0.0f);
 
-    for (int qb = kb; qb < N; ++qb) {
+    for (int qb = max(kb, from); qb < qend; ++qb) {
         const int q0 = qb * BLK, qrows = min(BLK, L - q0);
         if (lid < BLK) { /* published by cc_scores's first barrier */
             const int t = q0 + lid;
@@ -865,12 +873,20 @@ void castle_causal_backward_kv(const int L, const int d, const int H, const floa
             barrier(CLK_LOCAL_MEM_FENCE);
         }
     }
-    cc_store_acc(accK, dk + tensor_offset(sdk, b, h, s0), sdk.z, krows, d, sc, sLse, false);
-    cc_store_acc(accV, dv + tensor_offset(sdv, b, h, s0), sdv.z, krows, d, 1.0f, sLse, false);
+    /* two copies of the stores, so that the one launch of devices without a loop limit keeps the
+       registers it had (236 against 244 with add a run-time argument: tools/ptx-report.sh) */
+    if (kb < from) { /* an earlier launch began this key block's sums */
+        cc_store_acc(accK, dk + tensor_offset(sdk, b, h, s0), sdk.z, krows, d, sc, sLse, false, true);
+        cc_store_acc(accV, dv + tensor_offset(sdv, b, h, s0), sdv.z, krows, d, 1.0f, sLse, false, true);
+    } else {
+        cc_store_acc(accK, dk + tensor_offset(sdk, b, h, s0), sdk.z, krows, d, sc, sLse, false, false);
+        cc_store_acc(accV, dv + tensor_offset(sdv, b, h, s0), sdv.z, krows, d, 1.0f, sLse, false, false);
+    }
 }
 
 /* Backward, query side: work-group (g, bh) owns query block i = N-1-g (the longest first) and loops
- * over the key blocks j <= i:  dQ_i += sc dS K_j  with dS as in castle_causal_backward_kv, computed
+ * over the key blocks j <= i of the launch's range [from, upto) (as the key side's; the launch has
+ * the N - from work-groups whose query blocks reach the range):  dQ_i += sc dS K_j  with dS as in castle_causal_backward_kv, computed
  * transposed (S^T = K_j Q_i^T, dP^T = V_j dO_i^T: key rows x query columns, Q_i^T and dO_i^T staged
  * once when they fit), so that lse and Delta are per-lane vectors; dS^T goes to sD, from which it is
  * the k-major A operand of dS K_j (K_j staged row-major).  On the diagonal block row r takes only the
@@ -883,7 +899,8 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
                               __global const float *o, const ulong4 so,
                               __global const float *lse, const ulong4 slse,
                               __global const float *dO, const ulong4 sdo,
-                              __global float *dq, const ulong4 sdq, BH0_PARAM)
+                              __global float *dq, const ulong4 sdq, const int from, const int upto,
+                              BH0_PARAM)
 {
     __local float T[CC_ST * BLK] LM_ALIGNED;
     __local float sD[BLK * BLK] LM_ALIGNED; /* dS^T[key * BLK + row] */
@@ -912,7 +929,7 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
     for (int e = 0; e < CF_NCH * FUPC * MT_ACC; ++e)
         acc[e] = (vfloat)(0.0f);
 
-    for (int kb = 0; kb <= qb; ++kb) {
+    for (int kb = from; kb <= qb && kb < upto; ++kb) {
         const int s0 = kb * BLK;
         vfloat s[FUPT * MT_ACC], g[FUPT * MT_ACC];
         cc_scores(s, g, T, res, w1, dpad, d, pk, sk.z, pv, sv.z, s0, L, pq, sq.z, pdo, sdo.z, q0, L);
@@ -949,7 +966,7 @@ void castle_causal_backward_q(const int L, const int d, const int H, const float
             barrier(CLK_LOCAL_MEM_FENCE);
         }
     }
-    cc_store_acc(acc, dq + tensor_offset(sdq, b, h, q0), sdq.z, qrows, d, sc, sLse, false);
+    cc_store_acc(acc, dq + tensor_offset(sdq, b, h, q0), sdq.z, qrows, d, sc, sLse, false, from > 0);
 }
 
 #endif /* CC_FORWARD_ONLY */

@@ -82,6 +82,9 @@ size_t conf_head_dim(conf_op op, size_t i);
 /* Runs case i of op's table on ctx's queue.  Returns the run's status (CASTLE_SUCCESS also when the
    case failed its tolerance: see r->pass). */
 castle_status conf_run(castle_context *ctx, conf_op op, size_t i, conf_result *r);
+/* The same for a UQ-KV cache case or a causal KV cache case of the caller's (r->what left empty). */
+castle_status conf_run_decode_case(castle_context *ctx, const conf_dec_case *c, conf_result *r);
+castle_status conf_run_causal_decode_case(castle_context *ctx, const conf_causal_dec_case *c, conf_result *r);
 
 /* castle_prefill + castle_decode of case c on ctx's queue; o (B, H, cap, d) and lse (B, H, cap) receive
    every output (rows past a sequence's length untouched), cap = conf_decode_capacity(c).  With keep_cache

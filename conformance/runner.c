@@ -251,6 +251,20 @@ static castle_status run_causal_dec(castle_context *ctx, const conf_causal_dec_c
     return verdict(r, c->mag > 1 ? CAUSAL_LARGE_TOL : CAUSAL_TOL, guards, eo, el);
 }
 
+castle_status conf_run_decode_case(castle_context *ctx, const conf_dec_case *c, conf_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->err = INFINITY;
+    return run_dec(ctx, c, r);
+}
+
+castle_status conf_run_causal_decode_case(castle_context *ctx, const conf_causal_dec_case *c, conf_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->err = INFINITY;
+    return run_causal_dec(ctx, c, r);
+}
+
 castle_status conf_run(castle_context *ctx, conf_op op, size_t i, conf_result *r)
 {
     memset(r, 0, sizeof *r);

@@ -16,6 +16,7 @@
 #include "loops.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,11 +121,13 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
         ragged = ragged || lengths[b] != p->L;
     cl_kernel kstore, ku = NULL;
     castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, p->d, "castle_cache_prefill_store", &kstore);
-    if (st == CASTLE_SUCCESS && ragged) /* its first work-group loops over all N key blocks (host/loops.c) */
-        st = castle__loop_check(
-            ctx->info.loop_limit, "castle_prefill", "castle_cache_prefill_u",
-            castle__loops(CASTLE_LOOPS_PREFILL_U, p->d, p->N, 0), "at d = %zu prompts of at most %zu tokens fit", p->d,
-            castle__loops_max_units(CASTLE_LOOPS_PREFILL_U, p->d, 0, ctx->info.loop_limit) * ctx->tuning.block);
+    /* The U pass's work-groups loop over up to N key blocks: in launches over ranges of span blocks
+       where the device limits loops (host/loops.c) */
+    const size_t span = castle__loops_span(CASTLE_LOOPS_PREFILL_U, p->d, p->N, ctx->info.loop_limit);
+    if (st == CASTLE_SUCCESS && ragged && !span)
+        st = castle__loop_check(ctx->info.loop_limit, "castle_prefill", "castle_cache_prefill_u",
+                                castle__loops(CASTLE_LOOPS_PREFILL_U, p->d, 1, 0),
+                                "not even one block of %zu rows at d = %zu fits", (size_t)ctx->tuning.block, p->d);
     if (st == CASTLE_SUCCESS && ragged)
         st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, p->d, "castle_cache_prefill_u", &ku);
     if (st != CASTLE_SUCCESS)
@@ -236,9 +239,19 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
             ARG(au, ws);
             ARG(au, ws_t);
             ARG(au, Lpad);
-            const size_t gu[2] = {p->N * (size_t)ctx->tuning.threads, p->B * p->H};
-            if ((st = castle__launch(&ch, true, ctx, ku, "castle_cache_prefill_u", &au, gu, local)))
-                goto done;
+            const cl_int range = 0;
+            ARG(au, range); /* jfrom, jupto: set per launch */
+            ARG(au, range);
+            /* work-groups 0 .. jupto - 1: the row blocks that reach the range (cl/cache.cl) */
+            for (size_t from = 0; from < p->N; from += span) {
+                const size_t upto = p->N - from > span ? from + span : p->N;
+                const cl_int f = (cl_int)from, u = (cl_int)upto;
+                castle__args_set(&au, au.n - 2, sizeof f, &f);
+                castle__args_set(&au, au.n - 1, sizeof u, &u);
+                const size_t gu[2] = {upto * (size_t)ctx->tuning.threads, p->B * p->H};
+                if ((st = castle__launch(&ch, upto == p->N, ctx, ku, "castle_cache_prefill_u", &au, gu, local)))
+                    goto done;
+            }
         }
 #undef ARG
     }
@@ -289,12 +302,14 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
        each over at least MIN_CHUNK rows, and at most as many as the partials buffer holds for n
        tokens (nchunks partials per batch entry and head); with one, the attend kernel writes the
        outputs itself.  Where a work-item's loops are limited (host/loops.c), more work-groups of
-       fewer rows, as many as the partials buffer holds, until one's rows over the call's tokens fit. */
+       fewer rows, until one's rows over the call's tokens fit, their partials in a temporary buffer
+       where the cache's does not hold them. */
     const size_t n = p->L, bh = c->B * c->H, dnt = wg[0], rows = longest + n;
     const size_t target = castle__device_fill_groups(&ctx->info);
     size_t groups = (target + bh - 1) / bh;
     const size_t by_rows = (rows + MIN_CHUNK - 1) / MIN_CHUNK, by_part = c->nchunks / n;
     groups = groups < by_rows ? groups : by_rows;
+    groups = groups < by_part ? groups : by_part;
     const unsigned long limit = ctx->info.loop_limit;
     if (limit) {
         size_t S1 = (rows + groups - 1) / (groups ? groups : 1);
@@ -303,7 +318,6 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
         const size_t need = (rows + S1 - 1) / S1;
         groups = groups > need ? groups : need;
     }
-    groups = groups < by_part ? groups : by_part;
     groups = groups ? groups : 1;
     size_t S = (rows + groups - 1) / groups;
     groups = (rows + S - 1) / S;
@@ -313,9 +327,29 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
                                  castle__loops(CASTLE_LOOPS_DECODE_ROW, c->d, decode_rows(S, longest, n), n), "%s",
                                  "decode fewer tokens per call (a prompt goes through castle_prefill)")))
         return st;
+    cl_mem part = c->part, tmp = NULL; /* partials: bh x n x groups x (d + 2) floats (cl/cache.cl) */
+    if (groups > 1 && groups > by_part) {
+        const size_t per_group = bh * n * (c->d + 2); /* below the cache's U: bh cap d floats */
+        if (groups > SIZE_MAX / sizeof(float) / per_group)
+            return castle__fail(CASTLE_ERR_SIZE_OVERFLOW,
+                                "castle_decode: the partials of %zu work-groups per sequence do not fit a size_t",
+                                groups);
+        const size_t floats = per_group * groups;
+        tmp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, floats * sizeof(float), NULL, &err);
+        if (err != CL_SUCCESS)
+            return castle__fail((castle_status)err,
+                                "castle_decode: clCreateBuffer failed for the partials of %zu work-groups per "
+                                "sequence (%zu bytes): this device limits a work-item's loops, and the rows are "
+                                "spread to fit",
+                                groups, floats * sizeof(float));
+        part = tmp;
+    }
     castle_chain ch;
-    if ((st = castle__chain_init(&ch, queue, nwait, wait, event)))
+    if ((st = castle__chain_init(&ch, queue, nwait, wait, event))) {
+        if (tmp)
+            clReleaseMemObject(tmp);
         return st;
+    }
     if (!c->lens_valid) { /* after a reset: every sequence starts empty */
         const cl_int zero = 0;
         cl_uint nw;
@@ -324,7 +358,7 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
         castle__chain_next(&ch, false, &nw, &list, &evp, &ev);
         err = clEnqueueFillBuffer(queue, c->lens, &zero, sizeof zero, 0, c->B * sizeof(cl_int), nw, list, evp);
         if ((st = castle__chain_done(&ch, false, err, ev, "clEnqueueFillBuffer")))
-            return castle__chain_end(&ch), st;
+            goto done;
     }
 
     /* n, S, the counts and positions fit an int: rows <= cap (castle_decode checked the capacity). */
@@ -353,7 +387,7 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
     ARG(aa, c->qu);
     ARG(aa, c->kc);
     ARG(aa, c->vc);
-    ARG(aa, c->part);
+    ARG(aa, part);
     ARG(aa, o);
     ARG(aa, p->strides[CASTLE_TENSOR_O]);
     ARG(aa, lse_arg);
@@ -370,7 +404,7 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
     ARG(ac, in[CASTLE_TENSOR_QU]);
     ARG(ac, p->strides[CASTLE_TENSOR_QU]);
     ARG(ac, c->qu);
-    ARG(ac, c->part);
+    ARG(ac, part);
     ARG(ac, o);
     ARG(ac, p->strides[CASTLE_TENSOR_O]);
     ARG(ac, lse_arg);
@@ -380,9 +414,12 @@ castle_status castle__schedule_decode(castle_context *ctx, castle_cache *c, cons
     const size_t ga[2] = {groups * dnt, bh}, gc[2] = {n * dnt, bh}, la[2] = {dnt, 1};
     if ((st = castle__launch(&ch, false, ctx, ka, "castle_cache_decode_attend", &aa, ga, la)) ||
         (st = castle__launch(&ch, true, ctx, kc, "castle_cache_decode_combine", &ac, gc, la)))
-        return castle__chain_end(&ch), st;
-    castle__chain_end(&ch);
+        goto done;
     c->decoded += n;
     c->lens_valid = true;
-    return CASTLE_SUCCESS;
+done:
+    castle__chain_end(&ch);
+    if (tmp) /* kept by OpenCL until the launches that use it end */
+        clReleaseMemObject(tmp);
+    return st;
 }

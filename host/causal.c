@@ -1,8 +1,11 @@
 /* Standard causal attention, the baseline (cl/causal.cl): launches of the forward and backward
  * passes, and the KV cache with its prefill and decode.
  *
- * forward   one launch: work-group (query block, batch x head).
- * backward  two launches, no atomics: dK, dV per key block, then dQ per query block.
+ * forward   one launch: work-group (query block, batch x head); where the device limits a work-item's
+ *           loops (host/loops.c), work-groups (query block x key range, batch x head) and a second
+ *           launch, castle_causal_combine, that merges their partials.
+ * backward  two launches, no atomics: dK, dV per key block, then dQ per query block; where loops are
+ *           limited, each in several launches over ranges of its loop, adding to the sums.
  * decode    the new rows' K, V are appended to the cache; then up to CASTLE_DECODE_ROWS new rows go to
  *           castle_causal_decode (one partial per work-item, each streaming a range of keys), more
  *           to the forward kernel with the cache as K and V.  When the heads alone would leave the
@@ -16,6 +19,7 @@
 #include "launch.h"
 #include "loops.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,22 +106,90 @@ static castle_status forward_args(castle_context *ctx, const char *fn, const cas
     return CASTLE_SUCCESS;
 }
 
+/* castle_causal_combine over rows 0..n-1, merging P partials per row from part into o and lse. */
+static void combine_args(castle_args *a, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_int n,
+                         cl_int P, cl_mem part)
+{
+    const cl_int want_lse = bufs[CASTLE_TENSOR_LSE] != NULL, d = (cl_int)p->d, H = (cl_int)p->H;
+    const cl_mem o = bufs[CASTLE_TENSOR_O], lse = want_lse ? bufs[CASTLE_TENSOR_LSE] : o;
+    ARG(a, n);
+    ARG(a, d);
+    ARG(a, H);
+    ARG(a, P);
+    ARG(a, part);
+    arg_tensor(a, p, bufs, CASTLE_TENSOR_O);
+    ARG(a, lse);
+    ARG(a, p->strides[CASTLE_TENSOR_LSE]);
+    ARG(a, want_lse);
+}
+
+/* The key splits of castle_causal_forward over p's rows at positions t0..: *split (the caller's
+   choice, at most key_blocks) raised where the device limits a work-item's loops until each split's
+   key blocks fit (host/loops.c), and where their partials go: scratch when it holds them
+   (scratch_floats), else a new buffer *tmp for the caller to release once the launches are enqueued. */
+static castle_status forward_split(castle_context *ctx, const char *fn, const castle_problem *p, size_t t0,
+                                   size_t *split, cl_mem scratch, size_t scratch_floats, cl_mem *part, cl_mem *tmp)
+{
+    const size_t blk = ctx->tuning.block, key_blocks = (t0 + p->L + blk - 1) / blk;
+    const size_t span = castle__loops_span(CASTLE_LOOPS_CAUSAL_FORWARD, p->d, key_blocks, ctx->info.loop_limit);
+    const size_t need = span ? (key_blocks + span - 1) / span : 1; /* none fits: forward_args refuses */
+    *split = *split > need ? *split : need;
+    *part = *tmp = NULL;
+    if (*split == 1)
+        return CASTLE_SUCCESS;
+    /* castle__check_desc bounded B H L d (a tensor's bytes fit a size_t); the split multiplies it */
+    const size_t row_floats = p->B * p->H * p->L * (p->d + 2);
+    if (*split > SIZE_MAX / sizeof(float) / row_floats)
+        return castle__fail(CASTLE_ERR_SIZE_OVERFLOW,
+                            "%s: the partials of %zu key ranges do not fit a size_t (this device limits a work-item's "
+                            "loops, and the keys are split to fit)",
+                            fn, *split);
+    const size_t floats = row_floats * *split;
+    if (floats <= scratch_floats) {
+        *part = scratch;
+        return CASTLE_SUCCESS;
+    }
+    cl_int err = CL_SUCCESS;
+    *tmp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, floats * sizeof(float), NULL, &err);
+    if (err != CL_SUCCESS) {
+        *tmp = NULL;
+        return castle__fail((castle_status)err,
+                            "%s: clCreateBuffer failed for the partials of %zu key ranges (%zu bytes): this device "
+                            "limits a work-item's loops, and the keys are split to fit",
+                            fn, *split, floats * sizeof(float));
+    }
+    *part = *tmp;
+    return CASTLE_SUCCESS;
+}
+
 /* ---- forward and backward ----------------------------------------------------------------------- */
 
 castle_status castle__causal_forward(castle_context *ctx, const castle_problem *p,
                                      const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_command_queue queue, cl_uint nwait,
                                      const cl_event *wait, cl_event *event)
 {
-    cl_kernel kernel;
-    castle_args a = {.n = 0};
-    castle_status st =
-        forward_args(ctx, "castle_causal_forward", p, bufs, 0, bufs[CASTLE_TENSOR_KC], bufs[CASTLE_TENSOR_VC],
-                     p->strides[CASTLE_TENSOR_KC], p->strides[CASTLE_TENSOR_VC], 1, NULL, &kernel, &a);
+    /* One work-group per query block, unless the device limits loops: then split key ranges, merged
+       by castle_causal_combine */
+    cl_kernel kernel, kcomb = NULL;
+    castle_args a = {.n = 0}, ac = {.n = 0};
+    size_t split = 1;
+    cl_mem part, tmp;
+    castle_status st = forward_split(ctx, "castle_causal_forward", p, 0, &split, NULL, 0, &part, &tmp);
+    if (st == CASTLE_SUCCESS)
+        st = forward_args(ctx, "castle_causal_forward", p, bufs, 0, bufs[CASTLE_TENSOR_KC], bufs[CASTLE_TENSOR_VC],
+                          p->strides[CASTLE_TENSOR_KC], p->strides[CASTLE_TENSOR_VC], (cl_int)split, part, &kernel, &a);
+    if (st == CASTLE_SUCCESS && split > 1 &&
+        !(st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, "castle_causal_combine", &kcomb)))
+        combine_args(&ac, p, bufs, (cl_int)p->L, (cl_int)split, part);
     castle_chain ch;
-    if (st || (st = castle__chain_init(&ch, queue, nwait, wait, event)))
-        return st;
-    st = launch(&ch, ctx, kernel, "castle_causal_forward", &a, p->N, p->B * p->H, true);
-    castle__chain_end(&ch);
+    if (st == CASTLE_SUCCESS && !(st = castle__chain_init(&ch, queue, nwait, wait, event))) {
+        st = launch(&ch, ctx, kernel, "castle_causal_forward", &a, p->N * split, p->B * p->H, !kcomb);
+        if (st == CASTLE_SUCCESS && kcomb)
+            st = launch(&ch, ctx, kcomb, "castle_causal_combine", &ac, p->N, p->B * p->H, true);
+        castle__chain_end(&ch);
+    }
+    if (tmp) /* kept by OpenCL until the launches that use it end */
+        clReleaseMemObject(tmp);
     return st;
 }
 
@@ -132,13 +204,14 @@ castle_status castle__causal_backward(castle_context *ctx, const castle_problem 
     static const castle_loop_kernel loops[2] = {CASTLE_LOOPS_CAUSAL_KV, CASTLE_LOOPS_CAUSAL_Q};
     cl_kernel kernels[2];
     castle_args args[2] = {{.n = 0}, {.n = 0}};
+    size_t span[2]; /* blocks of its loop per launch: all N, unless the device limits loops (host/loops.c) */
     castle_status st = CASTLE_SUCCESS;
     for (int i = 0; i < 2 && st == CASTLE_SUCCESS; ++i) {
-        /* the longest work-group of either side loops over all N blocks (host/loops.c) */
-        const size_t most = castle__loops_max_units(loops[i], p->d, 0, ctx->info.loop_limit);
-        if ((st = castle__loop_check(ctx->info.loop_limit, "castle_causal_backward", names[i],
-                                     castle__loops(loops[i], p->d, p->N, 0), "at d = %zu it fits L <= %zu", p->d,
-                                     most * ctx->tuning.block)) ||
+        span[i] = castle__loops_span(loops[i], p->d, p->N, ctx->info.loop_limit);
+        if ((!span[i] && (st = castle__loop_check(ctx->info.loop_limit, "castle_causal_backward", names[i],
+                                                  castle__loops(loops[i], p->d, 1, 0),
+                                                  "not even one block of %zu rows at d = %zu fits",
+                                                  (size_t)ctx->tuning.block, p->d))) ||
             (st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, names[i], &kernels[i])))
             break;
         castle_args *a = &args[i];
@@ -154,12 +227,24 @@ castle_status castle__causal_backward(castle_context *ctx, const castle_problem 
         } else {
             arg_tensor(a, p, bufs, CASTLE_TENSOR_DQC);
         }
+        const cl_int range = 0;
+        ARG(a, range); /* from, upto: set per launch */
+        ARG(a, range);
     }
     castle_chain ch;
     if (st || (st = castle__chain_init(&ch, queue, nwait, wait, event)))
         return st;
-    if (!(st = launch(&ch, ctx, kernels[0], names[0], &args[0], p->N, p->B * p->H, false)))
-        st = launch(&ch, ctx, kernels[1], names[1], &args[1], p->N, p->B * p->H, true);
+    /* Each side in launches over ranges [from, upto) of its loop's blocks: the key side's work-groups
+       0 .. upto - 1 (key blocks), the query side's the N - from whose query blocks reach the range. */
+    for (int i = 0; i < 2 && st == CASTLE_SUCCESS; ++i)
+        for (size_t from = 0; from < p->N && st == CASTLE_SUCCESS; from += span[i]) {
+            const size_t upto = p->N - from > span[i] ? from + span[i] : p->N;
+            const cl_int f = (cl_int)from, u = (cl_int)upto;
+            castle__args_set(&args[i], args[i].n - 2, sizeof f, &f);
+            castle__args_set(&args[i], args[i].n - 1, sizeof u, &u);
+            st = launch(&ch, ctx, kernels[i], names[i], &args[i], i == 0 ? upto : p->N - from, p->B * p->H,
+                        i == 1 && upto == p->N);
+        }
     castle__chain_end(&ch);
     return st;
 }
@@ -238,6 +323,7 @@ castle_status castle__causal_decode(castle_context *ctx, const char *fn, castle_
     const char *att_name = "castle_causal_decode";
     castle_args a_app = {.n = 0}, a_att = {.n = 0}, a_comb = {.n = 0};
     size_t groups = p->N, partials = 1; /* attention work-groups along dim 0, partials per row */
+    cl_mem part = c->part, tmp = NULL;  /* where the partials go: the scratch, or a temporary (forward_split) */
     bool combine = false;               /* whether the partials are merged by castle_causal_combine */
     castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, "castle_causal_append", &kapp);
     if (st == CASTLE_SUCCESS && n <= CASTLE_DECODE_ROWS) {
@@ -287,40 +373,26 @@ castle_status castle__causal_decode(castle_context *ctx, const char *fn, castle_
     }
     if (st == CASTLE_SUCCESS && !katt) {
         /* The block kernel; one block of new rows splits its keys when the heads alone are few. */
+        /* The block kernel; one block of new rows splits its keys when the heads alone are few (as
+           far as the scratch holds), and any number where the device limits loops (forward_split). */
         size_t split = 1;
         if (p->N == 1) {
             const size_t blk = ctx->tuning.block, key_blocks = (keys + blk - 1) / blk;
             split = per_head < key_blocks ? per_head : key_blocks;
-            if (ctx->info.loop_limit) { /* work-groups enough that each one's key blocks fit (host/loops.c) */
-                const size_t most = castle__loops_max_units(CASTLE_LOOPS_CAUSAL_FORWARD, p->d, 0, ctx->info.loop_limit);
-                const size_t need = most ? (key_blocks + most - 1) / most : key_blocks;
-                split = split > need ? split : need < key_blocks ? need : key_blocks;
-            }
             split = split < fit ? split : fit > 0 ? fit : 1;
         }
+        st = forward_split(ctx, fn, p, (size_t)t0, &split, c->part, c->part_floats, &part, &tmp);
         groups = p->N * split;
         partials = split;
         combine = split > 1; /* with one, the block kernel writes o and lse itself */
         att_name = "castle_causal_forward";
         a_att.n = 0;
-        st = forward_args(ctx, fn, p, bufs, t0, c->k, c->v, cs, cs, (cl_int)split, split > 1 ? c->part : NULL, &katt,
-                          &a_att);
+        if (st == CASTLE_SUCCESS)
+            st = forward_args(ctx, fn, p, bufs, t0, c->k, c->v, cs, cs, (cl_int)split, part, &katt, &a_att);
     }
     if (st == CASTLE_SUCCESS && combine &&
-        !(st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, "castle_causal_combine", &kcomb))) {
-        const cl_int want_lse = bufs[CASTLE_TENSOR_LSE] != NULL, nn = (cl_int)n, P = (cl_int)partials;
-        const cl_mem o = bufs[CASTLE_TENSOR_O], lse = want_lse ? bufs[CASTLE_TENSOR_LSE] : o;
-        castle_args *a = &a_comb;
-        ARG(a, nn);
-        ARG(a, d);
-        ARG(a, H);
-        ARG(a, P);
-        ARG(a, c->part);
-        arg_tensor(a, p, bufs, CASTLE_TENSOR_O);
-        ARG(a, lse);
-        ARG(a, p->strides[CASTLE_TENSOR_LSE]);
-        ARG(a, want_lse);
-    }
+        !(st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, "castle_causal_combine", &kcomb)))
+        combine_args(&a_comb, p, bufs, (cl_int)n, (cl_int)partials, part);
     if (st == CASTLE_SUCCESS) {
         const cl_int nn = (cl_int)n;
         castle_args *a = &a_app;
@@ -335,14 +407,16 @@ castle_status castle__causal_decode(castle_context *ctx, const char *fn, castle_
         ARG(a, cs);
     }
     castle_chain ch;
-    if (st || (st = castle__chain_init(&ch, queue, nwait, wait, event)))
-        return st;
-    /* Append (one group per block of new rows), attention, and the merge of the partials. */
-    if (!(st = launch(&ch, ctx, kapp, "castle_causal_append", &a_app, p->N, bh, false)) &&
-        !(st = launch(&ch, ctx, katt, att_name, &a_att, groups, bh, !kcomb)) && kcomb)
-        st = launch(&ch, ctx, kcomb, "castle_causal_combine", &a_comb, p->N, bh, true);
-    castle__chain_end(&ch);
-    if (st == CASTLE_SUCCESS)
-        c->len += p->L;
+    if (st == CASTLE_SUCCESS && !(st = castle__chain_init(&ch, queue, nwait, wait, event))) {
+        /* Append (one group per block of new rows), attention, and the merge of the partials. */
+        if (!(st = launch(&ch, ctx, kapp, "castle_causal_append", &a_app, p->N, bh, false)) &&
+            !(st = launch(&ch, ctx, katt, att_name, &a_att, groups, bh, !kcomb)) && kcomb)
+            st = launch(&ch, ctx, kcomb, "castle_causal_combine", &a_comb, p->N, bh, true);
+        castle__chain_end(&ch);
+        if (st == CASTLE_SUCCESS)
+            c->len += p->L;
+    }
+    if (tmp) /* kept by OpenCL until the launches that use it end */
+        clReleaseMemObject(tmp);
     return st;
 }

@@ -3,8 +3,11 @@
  * compiler did not unroll (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS, a guard against endless shaders),
  * and says nothing: the kernel completes with part of its work undone.  Where the count grows with
  * the problem the library keeps under the limit: the folded wavefront is not used (host/schedule.c),
- * the decodes spread their rows over more work-groups (host/cache.c, host/causal.c), and what still
- * does not fit is refused with CASTLE_ERR_DEVICE_UNSUPPORTED before anything is enqueued.
+ * the decodes spread their rows and the causal forward its keys over more work-groups (host/cache.c,
+ * host/causal.c), the causal backward and the ragged prefill's U pass run their loops in ranges over
+ * several launches (castle__loops_span), and what still does not fit (a decode call whose tokens
+ * alone pass the limit, or a limit below one block) is refused with CASTLE_ERR_DEVICE_UNSUPPORTED
+ * before anything is enqueued.
  *
  * The counts below are upper bounds of what was measured on llvmpipe (Mesa 22.3.6, LLVM 15) under
  * its built-in tuning entry (rusticl-llvmpipe: block 16, 64 work-items, 2 x 2 scalar tiles): each
@@ -59,6 +62,14 @@ size_t castle__loops_max_units(castle_loop_kernel k, size_t d, size_t tokens, un
     const size_t fixed =
         add_sat(model[k].base + 1, k == CASTLE_LOOPS_DECODE_ROW ? mul_sat(tokens, DECODE_PER_TOKEN) : 0);
     return limit > fixed ? (size_t)(limit - fixed) * model[k].div / per_unit(k, d) : 0;
+}
+
+size_t castle__loops_span(castle_loop_kernel k, size_t d, size_t units, unsigned long limit)
+{
+    if (!limit || castle__loops(k, d, units, 0) <= limit)
+        return units;
+    const size_t most = castle__loops_max_units(k, d, 0, limit);
+    return most < units ? most : units;
 }
 
 castle_status castle__loop_check(unsigned long limit, const char *fn, const char *kernel, size_t iterations,

@@ -38,6 +38,12 @@ size_t castle__loops(castle_loop_kernel k, size_t d, size_t units, size_t tokens
    `tokens` tokens for CASTLE_LOOPS_DECODE_ROW. */
 size_t castle__loops_max_units(castle_loop_kernel k, size_t d, size_t tokens, unsigned long limit);
 
+/* The units of kernel k at head dimension d (not CASTLE_LOOPS_DECODE_ROW) that one launch may give a
+   work-item: all `units` when they fit the limit (or there is none), else as many as fit; 0 when not
+   even one does.  The kernels that take their loop's range as arguments run in launches of this
+   many. */
+size_t castle__loops_span(castle_loop_kernel k, size_t d, size_t units, unsigned long limit);
+
 /* CASTLE_SUCCESS when `iterations` fit the context's loop limit, else CASTLE_ERR_DEVICE_UNSUPPORTED
    with a message from fn naming the kernel, its count and the advice (what fits) that advice_fmt and
    the arguments after it format, only then. */

@@ -104,6 +104,15 @@ static inline size_t h_last_groups(const h_launches *s, const char *kernel)
     return 0;
 }
 
+/* How many times kernel was launched. */
+static inline int h_count_launches(const h_launches *s, const char *kernel)
+{
+    for (int i = 0; i < s->n; ++i)
+        if (!strcmp(s->name[i], kernel))
+            return s->launches[i];
+    return 0;
+}
+
 /* Rows [first, last) of o (rows of d floats) and lse against ref_o, ref_lse (the forward's): each
    value within tol (max absolute difference); `what` names the rows in messages. */
 static inline void h_check_rows(const float *o, const float *lse, const float *ref_o, const float *ref_lse,

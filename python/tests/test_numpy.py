@@ -187,18 +187,24 @@ def test_devices_and_device_errors():
 
 
 def test_loop_limit(monkeypatch):
-    """Device.loop_limit is the device's loop limit (CASTLE_LOOP_LIMIT here); a call past it raises."""
+    """Device.loop_limit is the device's loop limit (CASTLE_LOOP_LIMIT here); a causal backward whose
+    loops pass it runs in ranges and gives the gradients of a device without one; below one block it
+    raises."""
+    monkeypatch.setenv("CASTLE_LOOP_LIMIT", "0")
+    free = castle.Device("0:0")
+    assert free.loop_limit == 0
     monkeypatch.setenv("CASTLE_LOOP_LIMIT", "6000")
     dev = castle.Device("0:0")
     assert dev.loop_limit == 6000
     block = dev.tuning["block"]
     rng = np.random.default_rng(3)
-    q, k, v, do = (rng.uniform(-1, 1, (1, 1, 40 * block, 64)).astype(np.float32) for _ in range(4))
+    q, k, v, do = (rng.uniform(-1, 1, (1, 1, 40 * block - 3, 64)).astype(np.float32) for _ in range(4))
+    for a, b in zip(castle.causal_backward(q, k, v, do, device=dev), castle.causal_backward(q, k, v, do, device=free)):
+        assert err(a, b, 1e-3) < tolerance("CAUSAL_GRAD_TOL")
+    monkeypatch.setenv("CASTLE_LOOP_LIMIT", "900")
     with pytest.raises(castle.CastleError) as e:
-        castle.causal_backward(q, k, v, do, device=dev)
+        castle.causal_backward(q, k, v, do, device=castle.Device("0:0"))
     assert e.value.name == "CASTLE_ERR_DEVICE_UNSUPPORTED" and "castle_causal_backward_kv" in str(e.value)
-    monkeypatch.setenv("CASTLE_LOOP_LIMIT", "0")
-    assert castle.Device("0:0").loop_limit == 0
 
 
 def test_devices_are_castle_infos():
