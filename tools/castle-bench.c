@@ -17,11 +17,11 @@
 #include "tool.h"
 
 #include <clblast_c.h>
-#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,10 +99,8 @@ _Static_assert(CASTLE_MAX_HEAD_DIM == 256, "castle-bench's --d message and --hel
 
 static bool parse_size(const char *s, size_t *v)
 {
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(s, &end, 10);
-    if (end == s || *end || errno || s[0] == '-')
+    unsigned long long x;
+    if (!tool_parse_whole(s, SIZE_MAX, &x))
         return false;
     *v = (size_t)x;
     return true;

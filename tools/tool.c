@@ -158,6 +158,21 @@ castle_status tool_time(cl_command_queue q, tool_run_fn fn, void *state, long wa
     return st;
 }
 
+bool tool_parse_whole(const char *s, unsigned long long max, unsigned long long *v)
+{
+    unsigned long long x = 0;
+    if (!*s)
+        return false;
+    for (; *s; ++s) {
+        const unsigned digit = (unsigned)(*s - '0');
+        if (digit > 9 || x > (max - digit) / 10)
+            return false;
+        x = 10 * x + digit;
+    }
+    *v = x;
+    return true;
+}
+
 bool tool_list_whole(const char *s)
 {
     return *s && *s != ',' && s[strlen(s) - 1] != ',' && !strstr(s, ",,");

@@ -65,6 +65,9 @@ double tool_now_ms(void);
    CL_PROFILING_COMMAND_QUEUED and small counters, not nanoseconds, for the others.) */
 bool tool_device_clock(cl_event start, cl_event end, cl_ulong *t0, cl_ulong *t1);
 
+/* A whole number in decimal digits alone (no sign, space or other character) of at most max into *v;
+   false, *v unchanged, for anything else. */
+bool tool_parse_whole(const char *s, unsigned long long max, unsigned long long *v);
 /* Whether the comma list s has no empty element ("", ",16", "16,", "16,,32" have one). */
 bool tool_list_whole(const char *s);
 /* A comma list of names, each one of names[0 .. count), into sel (sel[k]: names[k] is listed).
