@@ -82,9 +82,29 @@ size_t conf_head_dim(conf_op op, size_t i);
 /* Runs case i of op's table on ctx's queue.  Returns the run's status (CASTLE_SUCCESS also when the
    case failed its tolerance: see r->pass). */
 castle_status conf_run(castle_context *ctx, conf_op op, size_t i, conf_result *r);
-/* The same for a UQ-KV cache case or a causal KV cache case of the caller's (r->what left empty). */
-castle_status conf_run_decode_case(castle_context *ctx, const conf_dec_case *c, conf_result *r);
-castle_status conf_run_causal_decode_case(castle_context *ctx, const conf_causal_dec_case *c, conf_result *r);
+
+/* One case of an operation, from the table or the caller's own: fwd for forward, backward and their
+   causal counterparts, dec for decode and decode_chunked, cdec for causal_decode. */
+typedef struct conf_case {
+    conf_op op;
+    union {
+        h_fwd_case fwd;
+        conf_dec_case dec;
+        conf_causal_dec_case cdec;
+    } u;
+} conf_case;
+/* Case i of op's table (false past its end). */
+bool conf_table_case(conf_op op, size_t i, conf_case *c);
+/* Runs c as conf_run runs a table case (r->what describes it). */
+castle_status conf_run_case(castle_context *ctx, const conf_case *c, conf_result *r);
+
+/* Case k of op drawn at random from seed (conformance/random.c; the same seed, op and k give the same
+   case on every machine): shapes within what the table spans (B and H 1..2 or 3, L 1..300 (120 for
+   the O(L^3 d) backward reference), d 1..256 weighted to the edges of its classes and vectors,
+   windows 0, small, near a block and past L, the three layouts, the default or an explicit scale of
+   0.25 .. 2 over sqrt(d); for the caches ragged or empty prompts, 1 .. 40 tokens one at a time or in
+   chunks of 2 .. 9, spare capacity, with and without lse), inputs of magnitude 1. */
+void conf_random_case(conf_op op, uint64_t seed, size_t k, conf_case *c);
 
 /* castle_prefill + castle_decode of case c on ctx's queue; o (B, H, cap, d) and lse (B, H, cap) receive
    every output (rows past a sequence's length untouched), cap = conf_decode_capacity(c).  With keep_cache

@@ -251,46 +251,61 @@ static castle_status run_causal_dec(castle_context *ctx, const conf_causal_dec_c
     return verdict(r, c->mag > 1 ? CAUSAL_LARGE_TOL : CAUSAL_TOL, guards, eo, el);
 }
 
-castle_status conf_run_decode_case(castle_context *ctx, const conf_dec_case *c, conf_result *r)
+bool conf_table_case(conf_op op, size_t i, conf_case *c)
 {
-    memset(r, 0, sizeof *r);
-    r->err = INFINITY;
-    return run_dec(ctx, c, r);
-}
-
-castle_status conf_run_causal_decode_case(castle_context *ctx, const conf_causal_dec_case *c, conf_result *r)
-{
-    memset(r, 0, sizeof *r);
-    r->err = INFINITY;
-    return run_causal_dec(ctx, c, r);
+    if (op < 0 || op >= CONF_NOPS || i >= conf_ncases(op))
+        return false;
+    memset(c, 0, sizeof *c);
+    c->op = op;
+    if (op == CONF_DECODE || op == CONF_DECODE_CHUNKED)
+        c->u.dec = *decode_case(op, i);
+    else if (op == CONF_CAUSAL_DECODE)
+        c->u.cdec = conf_causal_decode_cases[i];
+    else
+        c->u.fwd = fwd_case(op, i)->c;
+    return true;
 }
 
 castle_status conf_run(castle_context *ctx, conf_op op, size_t i, conf_result *r)
 {
+    conf_case c;
+    if (!conf_table_case(op, i, &c)) {
+        memset(r, 0, sizeof *r);
+        r->err = INFINITY;
+        snprintf(r->why, sizeof r->why, "no case %zu of op %d", i, (int)op);
+        return CASTLE_ERR_INVALID_ARGUMENT;
+    }
+    return conf_run_case(ctx, &c, r);
+}
+
+castle_status conf_run_case(castle_context *ctx, const conf_case *cc, conf_result *r)
+{
     memset(r, 0, sizeof *r);
     r->err = INFINITY;
-    if (!ctx || op < 0 || op >= CONF_NOPS || i >= conf_ncases(op)) {
-        snprintf(r->why, sizeof r->why, "no case %zu of op %d", i, (int)op);
+    const conf_op op = cc ? cc->op : CONF_NOPS;
+    if (!ctx || op < 0 || op >= CONF_NOPS) {
+        snprintf(r->why, sizeof r->why, "no context or no such op (%d)", (int)op);
         return CASTLE_ERR_INVALID_ARGUMENT;
     }
     const double t0 = now_s();
     castle_status st;
     if (op == CONF_DECODE || op == CONF_DECODE_CHUNKED) {
-        const conf_dec_case *c = decode_case(op, i);
-        snprintf(r->what, sizeof r->what, "B=%zu H=%zu d=%zu W=%ld P=%zu,%zu n=%zu chunk=%zu layout=%s%s", c->B, c->H,
-                 c->d, c->W, c->P[0], c->B > 1 ? c->P[1] : c->P[0], c->n, c->chunk, layout_name(c->layout),
-                 c->with_lse ? "" : " no-lse");
+        const conf_dec_case *c = &cc->u.dec;
+        snprintf(r->what, sizeof r->what, "B=%zu H=%zu d=%zu W=%ld P=%zu,%zu n=%zu chunk=%zu cap+%zu layout=%s%s", c->B,
+                 c->H, c->d, c->W, c->P[0], c->B > 1 ? c->P[1] : c->P[0], c->n, c->chunk, c->extra_cap,
+                 layout_name(c->layout), c->with_lse ? "" : " no-lse");
         st = run_dec(ctx, c, r);
     } else {
-        const h_fwd_case *c = op == CONF_CAUSAL_DECODE ? &conf_causal_decode_cases[i].c : &fwd_case(op, i)->c;
+        const h_fwd_case *c = op == CONF_CAUSAL_DECODE ? &cc->u.cdec.c : &cc->u.fwd;
         int n = snprintf(r->what, sizeof r->what, "B=%zu H=%zu L=%zu d=%zu W=%ld layout=%s mag=%g", c->B, c->H, c->L,
                          c->d, c->W, layout_name(c->layout), c->mag);
         if (c->scale > 0 && n > 0 && (size_t)n < sizeof r->what)
             snprintf(r->what + n, sizeof r->what - (size_t)n, " scale=%g", c->scale);
         if (op == CONF_CAUSAL_DECODE) {
-            const conf_causal_dec_case *dc = &conf_causal_decode_cases[i];
+            const conf_causal_dec_case *dc = &cc->u.cdec;
             n = (int)strlen(r->what);
-            snprintf(r->what + n, sizeof r->what - (size_t)n, " P=%zu chunk=%zu", dc->P, dc->chunk);
+            snprintf(r->what + n, sizeof r->what - (size_t)n, " P=%zu chunk=%zu%s", dc->P, dc->chunk,
+                     dc->with_lse ? "" : " no-lse");
             st = run_causal_dec(ctx, dc, r);
         } else {
             st = run_fwd(ctx, op, c, r);

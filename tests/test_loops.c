@@ -270,8 +270,9 @@ START_TEST(test_prefill_split)
         const conf_dec_case c = {2, 1, 16, W, {5 * blk - 3, 3 * blk}, 3, 1, 0, H_BHLD, true, 31, true};
         h_launches s = {0};
         castle_context *ctx = context_under("1000", &s);
+        const conf_case cc = {.op = CONF_DECODE, .u.dec = c};
         conf_result r;
-        const castle_status st = conf_run_decode_case(ctx, &c, &r);
+        const castle_status st = conf_run_case(ctx, &cc, &r);
         ck_assert_msg(st == CASTLE_SUCCESS, "W=%ld: %s: %s", c.W, castle_status_string(st), castle_last_error());
         ck_assert_msg(r.pass, "W=%ld: %s", c.W, r.why);
         ck_assert_int_eq(h_count_launches(&s, "castle_cache_prefill_u"), 3);

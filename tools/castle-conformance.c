@@ -1,6 +1,6 @@
 /* castle-conformance: runs libcastle's conformance case table (conformance/table.c, the table the
- * ctest suites run) on one OpenCL device or on every device, against the fp64 reference, and prints
- * one line per device and operation.
+ * ctest suites run), or cases drawn at random (conformance/random.c), on one OpenCL device or on
+ * every device, against the fp64 reference, and prints one line per device and operation.
  *
  * Exit status: 0 every case passed on every device tested, 1 a case failed or a device could not be
  * used, 2 bad usage. */
@@ -12,12 +12,14 @@
 #include <getopt.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char usage[] =
-    "usage: castle-conformance [--device P:D | --all] [--quick] [--ops LIST] [--json] [--verbose]\n"
+    "usage: castle-conformance [--device P:D | --all] [--quick | --random N [--seed S]] [--ops LIST] [--json]\n"
+    "                          [--verbose]\n"
     "\n"
     "Runs the conformance case table of libcastle (forward, backward, decode one token and several tokens\n"
     "per call, CASTLE and CASTLE-SWL, the causal baseline's forward, backward and decode; the layouts and\n"
@@ -31,6 +33,12 @@ static const char usage[] =
     "  --all          every device of every OpenCL platform\n"
     "  --quick        the quick tier: small shapes, every operation (under a minute on a CPU device once\n"
     "                 its kernels are compiled); default: the full table, as the ctest suites run it\n"
+    "  --random N     instead of the table, N cases per operation drawn at random within the ranges the\n"
+    "                 table spans (B, H up to 3, L up to 300, d 1..256, windows, layouts, scales, ragged\n"
+    "                 and empty prompts, chunks); a failed case is named by its number K: --seed S\n"
+    "                 --random K+1 runs it again (with every case before it)\n"
+    "  --seed S       the draw's seed, a whole number (default 1): the same seed gives the same cases on\n"
+    "                 every machine\n"
     "  --ops LIST     comma list of forward,backward,decode,decode_chunked,causal_forward,\n"
     "                 causal_backward,causal_decode (default: all)\n"
     "  --json         one JSON object: per device its name, vendor, driver version, the tuning in force,\n"
@@ -44,7 +52,11 @@ typedef struct options {
     const char *device;
     bool all, quick, json, verbose;
     bool ops[CONF_NOPS];
+    unsigned long long random, seed; /* random: cases per op drawn from seed instead of the table (0: the table) */
 } options;
+
+/* The run's mode as printed: "quick", "full" or "random". */
+static const char *mode_name(const options *o) { return o->random ? "random" : o->quick ? "quick" : "full"; }
 
 static int usage_error(const char *msg, const char *arg)
 {
@@ -55,14 +67,21 @@ static int usage_error(const char *msg, const char *arg)
 static int parse_args(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
+    o->seed = 1;
+    bool seed_given = false;
     for (int k = 0; k < CONF_NOPS; ++k)
         o->ops[k] = true;
-    enum { O_DEVICE = 256, O_ALL, O_QUICK, O_OPS, O_JSON, O_VERBOSE };
-    static const struct option longopts[] = {
-        {"device", required_argument, NULL, O_DEVICE}, {"all", no_argument, NULL, O_ALL},
-        {"quick", no_argument, NULL, O_QUICK},         {"ops", required_argument, NULL, O_OPS},
-        {"json", no_argument, NULL, O_JSON},           {"verbose", no_argument, NULL, O_VERBOSE},
-        {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0}};
+    enum { O_DEVICE = 256, O_ALL, O_QUICK, O_OPS, O_JSON, O_VERBOSE, O_RANDOM, O_SEED };
+    static const struct option longopts[] = {{"device", required_argument, NULL, O_DEVICE},
+                                             {"all", no_argument, NULL, O_ALL},
+                                             {"quick", no_argument, NULL, O_QUICK},
+                                             {"ops", required_argument, NULL, O_OPS},
+                                             {"json", no_argument, NULL, O_JSON},
+                                             {"verbose", no_argument, NULL, O_VERBOSE},
+                                             {"random", required_argument, NULL, O_RANDOM},
+                                             {"seed", required_argument, NULL, O_SEED},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     opterr = 0;
     int c;
     long unused;
@@ -88,6 +107,15 @@ static int parse_args(int argc, char **argv, options *o)
         case O_VERBOSE:
             o->verbose = true;
             break;
+        case O_RANDOM: /* a case count that fits a size_t, and not 0: a run that checks nothing must not pass */
+            if (!tool_parse_whole(optarg, SIZE_MAX, &o->random) || !o->random)
+                return usage_error("--random takes a whole number of cases, 1 or more, got", optarg);
+            break;
+        case O_SEED:
+            if (!tool_parse_whole(optarg, UINT64_MAX, &o->seed))
+                return usage_error("--seed takes a whole number, got", optarg);
+            seed_given = true;
+            break;
         case O_OPS: {
             char bad[256];
             if (!tool_parse_names(optarg, conf_op_names, CONF_NOPS, o->ops, bad, sizeof bad))
@@ -108,6 +136,10 @@ static int parse_args(int argc, char **argv, options *o)
         return usage_error("unexpected argument", argv[optind]);
     if (o->all && o->device)
         return usage_error("--all and --device exclude each other; got --device", o->device);
+    if (o->random && o->quick)
+        return usage_error("--quick and --random exclude each other; got", "--quick");
+    if (seed_given && !o->random)
+        return usage_error("--seed goes with --random; got --seed without it:", "--seed");
     return 0;
 }
 
@@ -177,12 +209,17 @@ static bool run_device(const options *o, const char *open, const char *spec, boo
 #define JSON_PARAM_(field, macro, lo, hi, flags, help) printf(", \"" #field "\": %u", t.field);
         CASTLE_TUNING_PARAMS(JSON_PARAM_)
 #undef JSON_PARAM_
-        printf("}, \"mode\": \"%s\", \"ops\": [", o->quick ? "quick" : "full");
+        printf("}, \"mode\": \"%s\", \"ops\": [", mode_name(o));
     } else {
         char ts[256] = "?";
         castle_tuning_string(&t, ts, sizeof ts);
-        printf("# device %s: %s (%s, driver %s), tuning %s (%s), %s\n", spec, name, vendor, driver,
-               tname ? tname : "?", ts, o->quick ? "quick" : "full");
+        char mode[96];
+        if (o->random)
+            snprintf(mode, sizeof mode, "random, %llu cases per operation, seed %llu", o->random, o->seed);
+        else
+            snprintf(mode, sizeof mode, "%s", mode_name(o));
+        printf("# device %s: %s (%s, driver %s), tuning %s (%s), %s\n", spec, name, vendor, driver, tname ? tname : "?",
+               ts, mode);
     }
     fflush(stdout);
     bool all_pass = true, first_op = true;
@@ -192,11 +229,26 @@ static bool run_device(const options *o, const char *open, const char *spec, boo
         size_t ran = 0, failed = 0;
         double worst_ratio = -1, worst_err = 0, worst_tol = 0, seconds = 0;
         char fail_lines[4][600];
-        for (size_t i = 0; i < conf_ncases((conf_op)op); ++i) {
-            if (o->quick && !conf_is_quick((conf_op)op, i))
+        const size_t cases = o->random ? (size_t)o->random : conf_ncases((conf_op)op);
+        for (size_t i = 0; i < cases; ++i) {
+            if (!o->random && o->quick && !conf_is_quick((conf_op)op, i))
                 continue;
+            conf_case c;
+            if (o->random)
+                conf_random_case((conf_op)op, o->seed, i, &c);
+            else
+                conf_table_case((conf_op)op, i, &c);
             conf_result r;
-            conf_run(ctx, (conf_op)op, i, &r);
+            conf_run_case(ctx, &c, &r);
+            if (o->random) { /* the case's number first, to run it again */
+                char prefix[32];
+                const size_t np = (size_t)snprintf(prefix, sizeof prefix, "case %zu: ", i);
+                size_t len = strlen(r.what);
+                len = len < sizeof r.what - 1 - np ? len : sizeof r.what - 1 - np;
+                memmove(r.what + np, r.what, len);
+                memcpy(r.what, prefix, np);
+                r.what[np + len] = '\0';
+            }
             ++ran;
             seconds += r.seconds;
             const double ratio = r.err / r.tol;
@@ -253,8 +305,12 @@ int main(int argc, char **argv)
         return rc;
     bool pass = true;
     int tested = 0;
-    if (o.json)
-        printf("{\"mode\": \"%s\", \"devices\": [", o.quick ? "quick" : "full");
+    if (o.json) {
+        printf("{\"mode\": \"%s\", ", mode_name(&o));
+        if (o.random)
+            printf("\"random\": %llu, \"seed\": %llu, ", o.random, o.seed);
+        printf("\"devices\": [");
+    }
     if (o.all) { /* every device, as P:D */
         cl_uint np = 0;
         cl_platform_id plats[64];
