@@ -372,7 +372,6 @@ castle_status castle__causal_decode(castle_context *ctx, const char *fn, castle_
         }
     }
     if (st == CASTLE_SUCCESS && !katt) {
-        /* The block kernel; one block of new rows splits its keys when the heads alone are few. */
         /* The block kernel; one block of new rows splits its keys when the heads alone are few (as
            far as the scratch holds), and any number where the device limits loops (forward_split). */
         size_t split = 1;
