@@ -64,6 +64,18 @@ static void arg_tensor(castle_args *a, const castle_problem *p, const cl_mem buf
     ARG(a, p->strides[t]);
 }
 
+/* The outputs O and lse (lse: O's buffer, unused, when the call wants none) and whether lse is wanted:
+   the last arguments of castle_causal_forward but two and of castle_causal_combine. */
+static void arg_outputs(castle_args *a, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT])
+{
+    const cl_int want_lse = bufs[CASTLE_TENSOR_LSE] != NULL;
+    const cl_mem lse = want_lse ? bufs[CASTLE_TENSOR_LSE] : bufs[CASTLE_TENSOR_O];
+    arg_tensor(a, p, bufs, CASTLE_TENSOR_O);
+    ARG(a, lse);
+    ARG(a, p->strides[CASTLE_TENSOR_LSE]);
+    ARG(a, want_lse);
+}
+
 /* castle_causal_forward over query rows 0..n-1 at positions t0.. against keys k, v (kstride), from the
    program built under the forwards' own shape (fthreads, fdchunk). */
 static castle_status forward_args(castle_context *ctx, const char *fn, const castle_problem *p,
@@ -84,9 +96,7 @@ static castle_status forward_args(castle_context *ctx, const char *fn, const cas
     if (st != CASTLE_SUCCESS)
         return st;
     const cl_int n = (cl_int)p->L, d = (cl_int)p->d, H = (cl_int)p->H;
-    const cl_int want_lse = bufs[CASTLE_TENSOR_LSE] != NULL;
-    const cl_mem o = bufs[CASTLE_TENSOR_O], lse = want_lse ? bufs[CASTLE_TENSOR_LSE] : o; /* lse: unused then */
-    const cl_mem part_arg = part ? part : o;                                              /* unused when nsplit = 1 */
+    const cl_mem part_arg = part ? part : bufs[CASTLE_TENSOR_O]; /* unused when nsplit = 1 */
     ARG(a, n);
     ARG(a, t0);
     ARG(a, d);
@@ -97,10 +107,7 @@ static castle_status forward_args(castle_context *ctx, const char *fn, const cas
     ARG(a, kstride);
     ARG(a, v);
     ARG(a, vstride);
-    arg_tensor(a, p, bufs, CASTLE_TENSOR_O);
-    ARG(a, lse);
-    ARG(a, p->strides[CASTLE_TENSOR_LSE]);
-    ARG(a, want_lse);
+    arg_outputs(a, p, bufs);
     ARG(a, nsplit);
     ARG(a, part_arg);
     return CASTLE_SUCCESS;
@@ -110,17 +117,13 @@ static castle_status forward_args(castle_context *ctx, const char *fn, const cas
 static void combine_args(castle_args *a, const castle_problem *p, const cl_mem bufs[CASTLE_TENSOR_COUNT], cl_int n,
                          cl_int P, cl_mem part)
 {
-    const cl_int want_lse = bufs[CASTLE_TENSOR_LSE] != NULL, d = (cl_int)p->d, H = (cl_int)p->H;
-    const cl_mem o = bufs[CASTLE_TENSOR_O], lse = want_lse ? bufs[CASTLE_TENSOR_LSE] : o;
+    const cl_int d = (cl_int)p->d, H = (cl_int)p->H;
     ARG(a, n);
     ARG(a, d);
     ARG(a, H);
     ARG(a, P);
     ARG(a, part);
-    arg_tensor(a, p, bufs, CASTLE_TENSOR_O);
-    ARG(a, lse);
-    ARG(a, p->strides[CASTLE_TENSOR_LSE]);
-    ARG(a, want_lse);
+    arg_outputs(a, p, bufs);
 }
 
 /* The key splits of castle_causal_forward over p's rows at positions t0..: *split (the caller's
