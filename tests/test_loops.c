@@ -86,37 +86,58 @@ static castle_context *context_under(const char *limit, h_launches *s)
    replaces. */
 static char under_message[1024];
 
-/* castle_causal_backward on a context made under CASTLE_LOOP_LIMIT=limit, observed: the case c. */
-static castle_status causal_backward_under(const char *limit, const h_fwd_case *c, h_launches *s, h_fwd_out *out)
+/* castle_causal_backward on a context made under CASTLE_LOOP_LIMIT=limit, observed: the case c, on
+   the context's queue or, with ooo, an out-of-order one (*ran false where the device has none). */
+static castle_status causal_backward_under(const char *limit, const h_fwd_case *c, bool ooo, h_launches *s,
+                                           h_fwd_out *out, bool *ran)
 {
     castle_context *ctx = context_under(limit, s);
-    const castle_status st = h_run_causal_backward(ctx, castle_context_queue(ctx), c, false, out);
-    snprintf(under_message, sizeof under_message, "%s", castle_last_error());
+    cl_command_queue q = ooo ? h_out_of_order_queue(ctx, "test_loops' causal backward on an out-of-order queue")
+                             : castle_context_queue(ctx);
+    castle_status st = CASTLE_SUCCESS;
+    *ran = q != NULL;
+    if (q) {
+        st = h_run_causal_backward(ctx, q, c, false, out);
+        snprintf(under_message, sizeof under_message, "%s", castle_last_error());
+    }
+    if (ooo && q)
+        clReleaseCommandQueue(q);
     castle_context_destroy(ctx);
     return st;
 }
 
 /* Under a limit of 2000 a work-item of the key side loops over 4 query blocks at d = 64, of the query
    side over 12 key blocks (host/loops.c): a causal backward of 40 blocks (the last ragged) runs in
-   10 and 4 launches, each adding to the last's sums, and matches the fp64 reference; under 900 not
-   even one block fits, and the call is refused. */
+   10 and 4 launches, each adding to the last's sums, and matches the fp64 reference, on the
+   context's queue and on an out-of-order one (each launch then waits on the last's event); under
+   900 not even one block fits, and the call is refused. */
 START_TEST(test_causal_backward)
 {
     const size_t blk = block_of(h_context());
     h_fwd_case c = {1, 2, 40 * blk - 5, 64, 0, H_BHLD, 1, 0, 17};
-    h_launches s = {0};
+    h_launches s;
     h_fwd_out out;
-    castle_status st = causal_backward_under("2000", &c, &s, &out);
-    ck_assert_msg(st == CASTLE_SUCCESS, "L=%zu: %s: %s", c.L, castle_status_string(st), under_message);
-    ck_assert_int_eq(h_count_launches(&s, "castle_causal_backward_kv"), 10);
-    ck_assert_int_eq(h_count_launches(&s, "castle_causal_backward_q"), 4);
-    ck_assert(out.guards_ok && out.finite);
-    for (int g = 3; g < 6; ++g)
-        ck_assert_msg(out.err_grad[g] <= CAUSAL_GRAD_TOL, "L=%zu gradient %d: error %.3g", c.L, g, out.err_grad[g]);
-    h_fwd_out_free(&out);
+    castle_status st;
+    for (int ooo = 0; ooo < 2; ++ooo) {
+        memset(&s, 0, sizeof s);
+        bool ran = false;
+        st = causal_backward_under("2000", &c, ooo, &s, &out, &ran);
+        if (!ran)
+            continue;
+        ck_assert_msg(st == CASTLE_SUCCESS, "L=%zu%s: %s: %s", c.L, ooo ? " out of order" : "",
+                      castle_status_string(st), under_message);
+        ck_assert_int_eq(h_count_launches(&s, "castle_causal_backward_kv"), 10);
+        ck_assert_int_eq(h_count_launches(&s, "castle_causal_backward_q"), 4);
+        ck_assert(out.guards_ok && out.finite);
+        for (int g = 3; g < 6; ++g)
+            ck_assert_msg(out.err_grad[g] <= CAUSAL_GRAD_TOL, "L=%zu%s gradient %d: error %.3g", c.L,
+                          ooo ? " out of order" : "", g, out.err_grad[g]);
+        h_fwd_out_free(&out);
+    }
 
     memset(&s, 0, sizeof s);
-    st = causal_backward_under("900", &c, &s, &out);
+    bool ran = false;
+    st = causal_backward_under("900", &c, false, &s, &out, &ran);
     ck_assert_msg(st == CASTLE_ERR_DEVICE_UNSUPPORTED, "L=%zu: %s (%s)", c.L, castle_status_string(st), under_message);
     ck_assert_msg(strstr(under_message, "castle_causal_backward_kv") &&
                       strstr(under_message, "castle_causal_backward:") && strstr(under_message, "not even one block"),
