@@ -4,7 +4,10 @@
  * O is a convex combination of VC rows, so its error scales with the size of VC, not with each
  * element; lse is normalised the same way.
  *
- * FORWARD_TOL = 1e-5, for inputs in [-1, 1].  The kernels compute and accumulate in float32
+ * FORWARD_TOL = 1e-5, for inputs in [-1, 1] at scales up to about twice the default 1/sqrt(d) (the
+ * scores, and float32's absolute error in them, grow with the scale: at d = 256 and a scale of 0.84,
+ * 13 times the default, a float32 evaluation of the parallel form is itself off by 4e-6 and the
+ * kernels by up to 1.0e-5; LARGE_TOL's reasoning applies there).  The kernels compute and accumulate in float32
  * (unit roundoff u = 6e-8).  Seen on PoCL over the whole shape table: worst 2.3e-7 (about 4u).
  * The bound leaves ~40x for devices whose exp/log are off by the 3-4 ulp OpenCL allows and that
  * contract or reorder sums differently; it is still 100x below what one wrong gate entry, one
