@@ -24,7 +24,7 @@ out=$(CASTLE_TOOLS=$(dirname "$2") OUT=$tmp/out bash "$tool" --before "$tmp/brok
 rc=$?
 [ "$rc" -eq 1 ] || fail "exit status $rc, expected 1:
 $out"
-for s in info bench_now_1 bench_now_2 launches decode bench_t1_1 bench_t1_2 decode_t1 many_heads; do
+for s in info bench_now_1 bench_now_2 launches decode bench_t1_1 bench_t1_2 decode_t1 many_heads pieces; do
     grep -q "^-- $s: ok in " <<<"$out" || fail "step $s did not pass:
 $out"
 done
@@ -47,6 +47,8 @@ $(cat "$sum")"
 done
 ! grep -q "step=bench_before" "$sum" || fail "summary.txt has lines of the broken set"
 grep -q '"launch_ms"' "$tmp/unpacked/launches.txt" || fail "launches.txt has no per-launch times"
+grep -q "^castle-conformance: 1 device, PASS$" "$tmp/unpacked/pieces.txt" || fail "pieces.txt has no PASS:
+$(cat "$tmp/unpacked/pieces.txt")"
 grep -qx "t1 fold=0" "$tmp/unpacked/tunings.txt" || fail "tunings.txt does not list the --tuning set"
 if python3 -c "import torch" 2>/dev/null; then # PyTorch's anchors (tools/torch-anchors.py) at the same shape
     grep -q "^-- anchors: ok in " <<<"$out" || fail "step anchors did not pass:

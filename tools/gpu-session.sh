@@ -2,8 +2,9 @@
 # gpu-session.sh: the measurements a session with a lent GPU makes, in one run, so that its few
 # minutes of device time go to measuring and none to typing: the self-test, the block kernels with
 # per-kernel profiles (the kernels as built and, with --before, an earlier copy of cl/ for an A/B in
-# the same run), decode at a long cache, and PyTorch's anchors (tools/torch-anchors.py) where
-# PyTorch is installed.  Each kernel
+# the same run), decode at a long cache, every operation past 65535 heads, random conformance cases
+# with the loops in pieces (a small CASTLE_LOOP_LIMIT), and PyTorch's anchors
+# (tools/torch-anchors.py) where PyTorch is installed.  Each kernel
 # set builds into its own binary cache under OUT, which brings the driver's PTX back for
 # tools/ptx-report.sh --from-cache.  Every step has a time limit; a step that fails or times out is
 # reported and the next one runs.
@@ -143,6 +144,13 @@ done
 # host/launch.c): each operation runs or names its failure
 step many_heads 120 env CASTLE_CACHE_DIR="$out/kc_now" "$tools/castle-bench" --batch 1 --heads "$many" --L 64 --t 64 \
     --gemm 0 --repeat 1 --ops forward,backward,decode --impls castle,causal
+# the kernels' pieces (host/loops.c): under a small loop limit the causal kernels and the prefill's U
+# pass run in launches over ranges of their loops, adding to the sums (llvmpipe needs it; other
+# devices run one launch): random cases against the fp64 reference, on this device's compiler too
+if [ -x "$tools/castle-conformance" ]; then
+    step pieces 120 env CASTLE_CACHE_DIR="$out/kc_now" CASTLE_LOOP_LIMIT=2000 "$tools/castle-conformance" \
+        --random 6 --seed 13
+fi
 anchors=$(dirname "$0")/torch-anchors.py
 if [ -f "$anchors" ] && python3 -c "import torch" 2>/dev/null; then
     step anchors 120 python3 "$anchors" --L "$L" --batch "$batch" --heads "$heads"
