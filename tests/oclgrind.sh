@@ -9,7 +9,7 @@
 # GPU entry (with 48 KiB of local memory; both stage=2; the backward also on 1 x 4 tiles, btm=1), a
 # prefill + decode through the UQ-KV cache (on each), a prefill of ragged prompts (the cache's gated
 # U pass, each), and the causal baseline's four operations (its backward also on the 4 x 4 tiles, all four on
-# the GPU entry).
+# the GPU entry), and the causal kernels and the U pass in pieces under a small CASTLE_LOOP_LIMIT.
 # Oclgrind's device has 32 KiB of local memory, so this also runs the library's shrunk tuning.
 # usage: oclgrind.sh <build-dir>
 set -euo pipefail
@@ -108,6 +108,17 @@ og "$build/tools/castle-bench" --impls causal --L 40 --t 40 --heads 2 --repeat 1
 # its backward on the GPU mapping: the score operands staged once per work-group (d = 20 fits), ragged d
 CASTLE_TUNING=$gpu og "$build/tools/castle-bench" --impls causal --ops backward --L 40 --d 20 --heads 2 --repeat 1 \
     --gemm 0 >/dev/null || report "castle-bench (causal backward, GPU mapping) failed under Oclgrind"
+# the loops in pieces (host/loops.c), as llvmpipe runs them: under a small CASTLE_LOOP_LIMIT the causal
+# backward's two sides in launches over ranges of their loops (1000 at d = 16: ranges of 2 query
+# blocks on the key side, 14 key blocks on the query side, of 20), adding to the sums, the causal
+# forward's keys split 3 ways and merged (500), and the ragged prefill's U pass in ranges of 2 blocks
+CASTLE_LOOP_LIMIT=1000 CASTLE_TUNING=$gpu og "$build/tools/castle-bench" --impls causal --ops backward,prefill --L 320 \
+    --d 16 --heads 1 --repeat 1 --gemm 0 >/dev/null || report "castle-bench (causal, loops in pieces) failed under Oclgrind"
+CASTLE_LOOP_LIMIT=500 CASTLE_TUNING=$gpu og "$build/tools/castle-bench" --impls causal --ops forward --L 320 --d 16 \
+    --heads 1 --repeat 1 --gemm 0 >/dev/null || report "castle-bench (causal forward split) failed under Oclgrind"
+CASTLE_LOOP_LIMIT=1000 CASTLE_TUNING=$gpu og "$build/tools/castle-bench" --impls castle,swl --ops prefill --ragged --L 200 \
+    --d 16 --batch 2 --heads 1 --window 5 --repeat 1 --gemm 0 >/dev/null ||
+    report "castle-bench --ragged (U pass in pieces) failed under Oclgrind"
 [ -s "$log" ] && report "Oclgrind found problems"
 # The shape of the GPU mappings, counted (deterministic, any machine): local-memory load instructions
 # (load local, vloadN from __local) per FMA, an FMA on an N-wide vector (llvm.fmuladd.vNf32) counted
