@@ -268,8 +268,9 @@ CASTLE_API castle_status castle_tuning_file(char *path, size_t size);
 CASTLE_API const char *castle_context_tuning_name(const castle_context *ctx);
 /* The loop iterations one work-item may run in all on ctx's device, 0 when there is no limit (and for
    a NULL ctx): 65535 on Mesa's llvmpipe, whose compiler ends a work-item's loops there silently, or
-   CASTLE_LOOP_LIMIT.  Under a limit, a call whose work-items would loop past it is refused with
-   CASTLE_ERR_DEVICE_UNSUPPORTED (docs/building.md, CASTLE_LOOP_LIMIT). */
+   CASTLE_LOOP_LIMIT.  Under a limit the library cuts long loops into more work-groups or launches,
+   and refuses with CASTLE_ERR_DEVICE_UNSUPPORTED only what still would not fit (a castle_decode call
+   of very many tokens; docs/building.md, CASTLE_LOOP_LIMIT). */
 CASTLE_API unsigned long castle_context_loop_limit(const castle_context *ctx);
 /* Validates against the device and installs (struct_size must be sizeof(castle_tuning), else
    CASTLE_ERR_DESC_VERSION).  Workspaces are sized by the block: a workspace sized
