@@ -347,7 +347,7 @@ static bool report_device(cl_device_id dev, cl_uint p, cl_uint d, long flat, boo
         printf("    tuning: %s (unreadable)\n", or_unknown(castle_context_tuning_name(ctx)));
     const unsigned long limit = castle_context_loop_limit(ctx);
     if (limit)
-        printf("    loop limit: %lu iterations per work-item (longer work is refused: CASTLE_LOOP_LIMIT)\n", limit);
+        printf("    loop limit: %lu iterations per work-item (longer loops run in pieces: CASTLE_LOOP_LIMIT)\n", limit);
     else
         printf("    loop limit: none\n");
     fflush(stdout);

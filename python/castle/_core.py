@@ -251,7 +251,8 @@ class Device:
     @property
     def loop_limit(self):
         """Loop iterations one work-item may run on this device, 0 for no limit (65535 on Mesa's
-        llvmpipe, or CASTLE_LOOP_LIMIT); past it calls raise CastleError (CASTLE_ERR_DEVICE_UNSUPPORTED)."""
+        llvmpipe, or CASTLE_LOOP_LIMIT). The library runs longer loops in pieces; what still would not
+        fit (a decode call of very many tokens) raises CastleError (CASTLE_ERR_DEVICE_UNSUPPORTED)."""
         with self._use():
             return lib.castle_context_loop_limit(self._handle)
 
