@@ -123,11 +123,10 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
     castle_status st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, p->d, "castle_cache_prefill_store", &kstore);
     /* The U pass's work-groups loop over up to N key blocks: in launches over ranges of span blocks
        where the device limits loops (host/loops.c) */
-    const size_t span = castle__loops_span(CASTLE_LOOPS_PREFILL_U, p->d, p->N, ctx->info.loop_limit);
-    if (st == CASTLE_SUCCESS && ragged && !span)
-        st = castle__loop_check(ctx->info.loop_limit, "castle_prefill", "castle_cache_prefill_u",
-                                castle__loops(CASTLE_LOOPS_PREFILL_U, p->d, 1, 0),
-                                "not even one block of %zu rows at d = %zu fits", (size_t)ctx->tuning.block, p->d);
+    size_t span = p->N;
+    if (st == CASTLE_SUCCESS && ragged)
+        st = castle__loops_ranges(CASTLE_LOOPS_PREFILL_U, p->d, p->N, ctx->info.loop_limit, ctx->tuning.block,
+                                  "castle_prefill", "castle_cache_prefill_u", &span);
     if (st == CASTLE_SUCCESS && ragged)
         st = castle__get_kernel(ctx, CASTLE_FAMILY_CACHE, p->d, "castle_cache_prefill_u", &ku);
     if (st != CASTLE_SUCCESS)
@@ -239,19 +238,10 @@ castle_status castle__schedule_prefill(castle_context *ctx, castle_cache *c, con
             ARG(au, ws);
             ARG(au, ws_t);
             ARG(au, Lpad);
-            const cl_int range = 0;
-            ARG(au, range); /* jfrom, jupto: set per launch */
-            ARG(au, range);
-            /* work-groups 0 .. jupto - 1: the row blocks that reach the range (cl/cache.cl) */
-            for (size_t from = 0; from < p->N; from += span) {
-                const size_t upto = p->N - from > span ? from + span : p->N;
-                const cl_int f = (cl_int)from, u = (cl_int)upto;
-                castle__args_set(&au, au.n - 2, sizeof f, &f);
-                castle__args_set(&au, au.n - 1, sizeof u, &u);
-                const size_t gu[2] = {upto * (size_t)ctx->tuning.threads, p->B * p->H};
-                if ((st = castle__launch(&ch, upto == p->N, ctx, ku, "castle_cache_prefill_u", &au, gu, local)))
-                    goto done;
-            }
+            castle__args_range(&au); /* jfrom, jupto; work-group g owns row block g (cl/cache.cl) */
+            if ((st = castle__launch_ranges(&ch, true, ctx, ku, "castle_cache_prefill_u", &au, p->N, span, false, lsz,
+                                            p->B * p->H)))
+                goto done;
         }
 #undef ARG
     }

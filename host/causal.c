@@ -208,14 +208,13 @@ castle_status castle__causal_backward(castle_context *ctx, const castle_problem 
     cl_kernel kernels[2];
     castle_args args[2] = {{.n = 0}, {.n = 0}};
     size_t span[2]; /* blocks of its loop per launch: all N, unless the device limits loops (host/loops.c) */
+    size_t wg[2];   /* the work-group sizes they were compiled for */
     castle_status st = CASTLE_SUCCESS;
     for (int i = 0; i < 2 && st == CASTLE_SUCCESS; ++i) {
-        span[i] = castle__loops_span(loops[i], p->d, p->N, ctx->info.loop_limit);
-        if ((!span[i] && (st = castle__loop_check(ctx->info.loop_limit, "castle_causal_backward", names[i],
-                                                  castle__loops(loops[i], p->d, 1, 0),
-                                                  "not even one block of %zu rows at d = %zu fits",
-                                                  (size_t)ctx->tuning.block, p->d))) ||
-            (st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, names[i], &kernels[i])))
+        if ((st = castle__loops_ranges(loops[i], p->d, p->N, ctx->info.loop_limit, ctx->tuning.block,
+                                       "castle_causal_backward", names[i], &span[i])) ||
+            (st = castle__get_kernel(ctx, CASTLE_FAMILY_CAUSAL, p->d, names[i], &kernels[i])) ||
+            (st = group_size(ctx, kernels[i], &wg[i])))
             break;
         castle_args *a = &args[i];
         ARG(a, L);
@@ -230,24 +229,16 @@ castle_status castle__causal_backward(castle_context *ctx, const castle_problem 
         } else {
             arg_tensor(a, p, bufs, CASTLE_TENSOR_DQC);
         }
-        const cl_int range = 0;
-        ARG(a, range); /* from, upto: set per launch */
-        ARG(a, range);
+        castle__args_range(a);
     }
     castle_chain ch;
     if (st || (st = castle__chain_init(&ch, queue, nwait, wait, event)))
         return st;
-    /* Each side in launches over ranges [from, upto) of its loop's blocks: the key side's work-groups
-       0 .. upto - 1 (key blocks), the query side's the N - from whose query blocks reach the range. */
+    /* Each side in launches over ranges of its loop's blocks: the key side's work-group g owns key
+       block g, the query side's query block N - 1 - g (its tail). */
     for (int i = 0; i < 2 && st == CASTLE_SUCCESS; ++i)
-        for (size_t from = 0; from < p->N && st == CASTLE_SUCCESS; from += span[i]) {
-            const size_t upto = p->N - from > span[i] ? from + span[i] : p->N;
-            const cl_int f = (cl_int)from, u = (cl_int)upto;
-            castle__args_set(&args[i], args[i].n - 2, sizeof f, &f);
-            castle__args_set(&args[i], args[i].n - 1, sizeof u, &u);
-            st = launch(&ch, ctx, kernels[i], names[i], &args[i], i == 0 ? upto : p->N - from, p->B * p->H,
-                        i == 1 && upto == p->N);
-        }
+        st = castle__launch_ranges(&ch, i == 1, ctx, kernels[i], names[i], &args[i], p->N, span[i], i == 1, wg[i],
+                                   p->B * p->H);
     castle__chain_end(&ch);
     return st;
 }

@@ -119,6 +119,30 @@ static castle_status launch_one(castle_chain *ch, bool last, castle_context *ctx
     return castle__chain_done(ch, last, err, ev, what);
 }
 
+void castle__args_range(castle_args *list)
+{
+    const cl_int from = 0, upto = 0;
+    CASTLE_ARG(list, from);
+    CASTLE_ARG(list, upto);
+}
+
+castle_status castle__launch_ranges(castle_chain *ch, bool last, castle_context *ctx, cl_kernel kernel,
+                                    const char *name, castle_args *args, size_t units, size_t span, bool tail,
+                                    size_t wg, size_t groups1)
+{
+    castle_status st = CASTLE_SUCCESS;
+    span = span ? span : units; /* castle__loops_ranges gives none of 0 */
+    for (size_t from = 0; from < units && st == CASTLE_SUCCESS; from += span) {
+        const size_t upto = units - from > span ? from + span : units;
+        const cl_int f = (cl_int)from, u = (cl_int)upto;
+        castle__args_set(args, args->n - 2, sizeof f, &f);
+        castle__args_set(args, args->n - 1, sizeof u, &u);
+        const size_t global[2] = {(tail ? units - from : upto) * wg, groups1}, local[2] = {wg, 1};
+        st = castle__launch(ch, last && upto == units, ctx, kernel, name, args, global, local);
+    }
+    return st;
+}
+
 castle_status castle__launch(castle_chain *ch, bool last, castle_context *ctx, cl_kernel kernel, const char *name,
                              const castle_args *args, const size_t global[2], const size_t local[2])
 {

@@ -56,4 +56,16 @@ typedef struct castle_context castle_context;
 castle_status castle__launch(castle_chain *ch, bool last, castle_context *ctx, cl_kernel kernel, const char *name,
                              const castle_args *args, const size_t global[2], const size_t local[2]);
 
+/* For a kernel whose work-items loop over a range of blocks given as its last two arguments before
+   bh0, [from, upto) (cl/causal.cl's backward, cl/cache.cl's castle_cache_prefill_u): pushes the two
+   (set per launch by castle__launch_ranges). */
+void castle__args_range(castle_args *list);
+/* castle__launch of such a kernel over `units` blocks in launches over ranges of `span` blocks (one
+   launch when span >= units; host/loops.c, castle__loops_ranges), in order, each a launch of wg-wide
+   work-groups by groups1: upto of them along dimension 0 (group g owns block g, which only the ranges
+   up to it reach), or with tail units - from (group g owns block units - 1 - g). */
+castle_status castle__launch_ranges(castle_chain *ch, bool last, castle_context *ctx, cl_kernel kernel,
+                                    const char *name, castle_args *args, size_t units, size_t span, bool tail,
+                                    size_t wg, size_t groups1);
+
 #endif

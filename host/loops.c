@@ -72,6 +72,16 @@ size_t castle__loops_span(castle_loop_kernel k, size_t d, size_t units, unsigned
     return most < units ? most : units;
 }
 
+castle_status castle__loops_ranges(castle_loop_kernel k, size_t d, size_t units, unsigned long limit, size_t block,
+                                   const char *fn, const char *kernel, size_t *span)
+{
+    *span = castle__loops_span(k, d, units, limit);
+    if (*span) /* else one unit does not fit either: the check below refuses */
+        return CASTLE_SUCCESS;
+    return castle__loop_check(limit, fn, kernel, castle__loops(k, d, 1, 0),
+                              "not even one block of %zu rows at d = %zu fits", block, d);
+}
+
 castle_status castle__loop_check(unsigned long limit, const char *fn, const char *kernel, size_t iterations,
                                  const char *advice_fmt, ...)
 {

@@ -1,6 +1,7 @@
 /* Devices whose compiler ends a work-item's loops after a fixed number of iterations (host/loops.c):
- * the counts of the kernels whose loops grow with the problem, and the check that refuses a launch
- * that would be cut short.  On every other device these checks pass at no cost. */
+ * the counts of the kernels whose loops grow with the problem, how much of its loop one launch may
+ * give a work-item, and the check that refuses a launch that would still be cut short.  On every other
+ * device these give everything to one launch and pass at no cost. */
 #ifndef CASTLE_HOST_LOOPS_H
 #define CASTLE_HOST_LOOPS_H
 
@@ -34,8 +35,8 @@ typedef enum castle_loop_kernel {
    `tokens` the tokens); an upper bound, saturating at SIZE_MAX. */
 size_t castle__loops(castle_loop_kernel k, size_t d, size_t units, size_t tokens);
 
-/* The most units of kernel k one work-item may loop over within limit (for the messages), with
-   `tokens` tokens for CASTLE_LOOPS_DECODE_ROW. */
+/* The most units of kernel k one work-item may loop over within limit, with `tokens` tokens for
+   CASTLE_LOOPS_DECODE_ROW. */
 size_t castle__loops_max_units(castle_loop_kernel k, size_t d, size_t tokens, unsigned long limit);
 
 /* The units of kernel k at head dimension d (not CASTLE_LOOPS_DECODE_ROW) that one launch may give a
@@ -43,6 +44,12 @@ size_t castle__loops_max_units(castle_loop_kernel k, size_t d, size_t tokens, un
    even one does.  The kernels that take their loop's range as arguments run in launches of this
    many. */
 size_t castle__loops_span(castle_loop_kernel k, size_t d, size_t units, unsigned long limit);
+
+/* castle__loops_span for a kernel that takes its loop's range (host/launch.c, castle__launch_ranges)
+   over `units` blocks of `block` rows, into *span; CASTLE_ERR_DEVICE_UNSUPPORTED from fn naming kernel
+   when not even one block fits. */
+castle_status castle__loops_ranges(castle_loop_kernel k, size_t d, size_t units, unsigned long limit, size_t block,
+                                   const char *fn, const char *kernel, size_t *span);
 
 /* CASTLE_SUCCESS when `iterations` fit the context's loop limit, else CASTLE_ERR_DEVICE_UNSUPPORTED
    with a message from fn naming the kernel, its count and the advice (what fits) that advice_fmt and
