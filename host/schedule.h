@@ -5,12 +5,12 @@
 #include "validate.h"
 
 /* The workspace region CASTLE_WS_T as its kernels take it (cl/common.cl, tcopy): its offset and the
-   floats of each of its slots, in floats. */
+   floats of each of its slots, B H Lpad d (a product castle__check_desc_for checked), in floats. */
 static inline cl_ulong2 castle__ws_t(const castle_problem *p)
 {
     cl_ulong2 t;
     t.s[0] = p->ws_off[CASTLE_WS_T];
-    t.s[1] = p->ws_t_slot;
+    t.s[1] = p->B * p->H * p->Lpad * p->d;
     return t;
 }
 

@@ -183,7 +183,6 @@ castle_status castle__check_desc_for(const castle_context *ctx, const castle_att
         return castle__fail(CASTLE_ERR_SIZE_OVERFLOW, "the workspace size overflows");
     p->ws_floats = total;
     p->ws_forward_floats = p->ws_off[CASTLE_WS_T] + CASTLE_WS_T_FORWARD * dsz; /* below total: no overflow */
-    p->ws_t_slot = dsz;
     return CASTLE_SUCCESS;
 }
 

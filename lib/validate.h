@@ -40,7 +40,6 @@ typedef struct castle_problem {
     size_t ws_floats;                       /* workspace size, floats */
     size_t ws_forward_floats;               /* the part a forward alone uses (a prefix), floats */
     size_t ws_off[CASTLE_WS_COUNT];         /* region offsets, floats, indexed by castle_ws_region */
-    size_t ws_t_slot;                       /* floats of each slot of CASTLE_WS_T: B H Lpad d */
 } castle_problem;
 
 extern const char *const castle__tensor_names[CASTLE_TENSOR_COUNT];
