@@ -95,23 +95,43 @@ static inline void h_observe(void *user, const char *kernel, cl_event event, siz
     }
 }
 
-/* The work-groups of kernel's last launch, 0 when it was not launched. */
-static inline size_t h_last_groups(const h_launches *s, const char *kernel)
+/* kernel's entry in s, -1 when it was not launched. */
+static inline int h_kernel_entry(const h_launches *s, const char *kernel)
 {
     for (int i = 0; i < s->n; ++i)
         if (!strcmp(s->name[i], kernel))
-            return s->last[i];
-    return 0;
+            return i;
+    return -1;
+}
+
+/* The work-groups of kernel's last launch, 0 when it was not launched. */
+static inline size_t h_last_groups(const h_launches *s, const char *kernel)
+{
+    const int i = h_kernel_entry(s, kernel);
+    return i < 0 ? 0 : s->last[i];
 }
 
 /* How many times kernel was launched. */
 static inline int h_count_launches(const h_launches *s, const char *kernel)
 {
-    for (int i = 0; i < s->n; ++i)
-        if (!strcmp(s->name[i], kernel))
-            return s->launches[i];
-    return 0;
+    const int i = h_kernel_entry(s, kernel);
+    return i < 0 ? 0 : s->launches[i];
 }
+
+#if defined(_POSIX_C_SOURCE) && _POSIX_C_SOURCE >= 200112L /* setenv: the suites that define it */
+/* Each of the n values bad[] of environment variable name makes context creation fail with
+   CASTLE_ERR_INVALID_ARGUMENT and a message naming the variable; name is left set to the last. */
+static inline void h_check_bad_env(const char *name, const char *const *bad, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) {
+        ck_assert_int_eq(setenv(name, bad[i], 1), 0);
+        castle_context *ctx = NULL;
+        const castle_status st = castle_context_create_default(NULL, &ctx);
+        ck_assert_msg(st == CASTLE_ERR_INVALID_ARGUMENT && !ctx, "%s='%s': %s", name, bad[i], castle_status_string(st));
+        ck_assert_msg(strstr(castle_last_error(), name), "%s", castle_last_error());
+    }
+}
+#endif
 
 /* Rows [first, last) of o (rows of d floats) and lse against ref_o, ref_lse (the forward's): each
    value within tol (max absolute difference); `what` names the rows in messages. */

@@ -48,14 +48,7 @@ static size_t block_of(castle_context *ctx)
 START_TEST(test_parse)
 {
     static const char *const bad[] = {"12x", "-1", "x", " 5", "99999999999999999999999"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
-        ck_assert_int_eq(setenv("CASTLE_LOOP_LIMIT", bad[i], 1), 0);
-        castle_context *ctx = NULL;
-        const castle_status st = castle_context_create_default(NULL, &ctx);
-        ck_assert_msg(st == CASTLE_ERR_INVALID_ARGUMENT && !ctx, "CASTLE_LOOP_LIMIT='%s': %s", bad[i],
-                      castle_status_string(st));
-        ck_assert_msg(strstr(castle_last_error(), "CASTLE_LOOP_LIMIT"), "%s", castle_last_error());
-    }
+    h_check_bad_env("CASTLE_LOOP_LIMIT", bad, sizeof bad / sizeof bad[0]);
     ck_assert_int_eq(setenv("CASTLE_LOOP_LIMIT", "0", 1), 0);
     castle_context *ctx = NULL;
     ck_assert_int_eq(castle_context_create_default(NULL, &ctx), CASTLE_SUCCESS);

@@ -26,14 +26,7 @@
 START_TEST(test_env)
 {
     static const char *const bad[] = {"0", "x", "-3", "3 "};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
-        ck_assert_int_eq(setenv("CASTLE_MAX_GROUPS_Y", bad[i], 1), 0);
-        castle_context *ctx = NULL;
-        const castle_status st = castle_context_create_default(NULL, &ctx);
-        ck_assert_msg(st == CASTLE_ERR_INVALID_ARGUMENT && !ctx, "CASTLE_MAX_GROUPS_Y='%s': %s", bad[i],
-                      castle_status_string(st));
-        ck_assert_msg(strstr(castle_last_error(), "CASTLE_MAX_GROUPS_Y"), "%s", castle_last_error());
-    }
+    h_check_bad_env("CASTLE_MAX_GROUPS_Y", bad, sizeof bad / sizeof bad[0]);
     ck_assert_int_eq(setenv("CASTLE_MAX_GROUPS_Y", PIECE, 1), 0);
 }
 END_TEST
