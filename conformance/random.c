@@ -55,6 +55,12 @@ static long window(uint64_t *s, size_t L)
     }
 }
 
+/* The default scale (0) in 60%, else 0.25 .. 2 over sqrt(d). */
+static float scale(uint64_t *s, size_t d)
+{
+    return chance(s, 60) ? 0.0f : (float)((0.25 + 1.75 * (double)pick(s, 0, 1000) / 1000) / sqrt((double)d));
+}
+
 static h_layout layout(uint64_t *s)
 {
     static const h_layout all[] = {H_BHLD, H_BLHD, H_PADDED};
@@ -97,8 +103,7 @@ void conf_random_case(conf_op op, uint64_t seed, size_t k, conf_case *c)
         f->W = op == CONF_FORWARD || op == CONF_BACKWARD ? window(&s, f->L) : 0;
         f->layout = layout(&s);
         f->mag = 1;
-        f->scale =
-            chance(&s, 60) ? 0.0f : (float)((0.25 + 1.75 * (double)pick(&s, 0, 1000) / 1000) / sqrt((double)f->d));
+        f->scale = scale(&s, f->d);
         f->seed = data;
         break;
     }
@@ -125,8 +130,7 @@ void conf_random_case(conf_op op, uint64_t seed, size_t k, conf_case *c)
         shape(&s, 1, 200, CONF_MAXB, 400000, &d->c);
         d->c.layout = layout(&s);
         d->c.mag = 1;
-        d->c.scale =
-            chance(&s, 60) ? 0.0f : (float)((0.25 + 1.75 * (double)pick(&s, 0, 1000) / 1000) / sqrt((double)d->c.d));
+        d->c.scale = scale(&s, d->c.d);
         d->c.seed = data;
         d->P = chance(&s, 20) ? 0 : pick(&s, 1, d->c.L);
         d->chunk = chance(&s, 50) ? pick(&s, 1, 4) : pick(&s, 5, 40); /* the decode kernel, the block kernel */
